@@ -591,3 +591,16 @@ def load_train_config(preset_path: str | Path, run: str | None = None, overrides
         cfg = dataclasses.replace(cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient,
                                                          a.routing, cfg.seed))
     return cfg
+
+
+def check_world_size(cfg: TrainConfig, world_size: int) -> None:
+    """The step's prompts and every mini-batch's rows must split evenly over the ranks."""
+    sc, G = cfg.schedule, cfg.rollout.group_size
+    if sc.prompts_per_step % world_size:
+        raise ConfigError(f"rl.schedule.prompts_per_step: {sc.prompts_per_step} prompts cannot be split over "
+                          f"{world_size} data-parallel processes (resources.train.processes or torchrun); "
+                          f"use a multiple of the world size")
+    rows = sc.mini_batch_prompts * G
+    if rows % world_size:
+        raise ConfigError(f"rl.schedule.mini_batch_prompts: a mini-batch of {sc.mini_batch_prompts} prompts x {G} "
+                          f"responses = {rows} rows cannot be split over {world_size} processes")

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rspo.rollout.base import response_mask_from_ids
-from rspo.rollout.hf import HFBackend
+from rspo.rollout.base import pack_rows, response_mask_from_ids, row_seed
+from rspo.rollout.hf import HFBackend, _nucleus
 from rspo.rollout.vllm import VLLMBackend
 from rspo.tokenizer import build_tokenizer
 
@@ -66,7 +66,9 @@ class FakeEngine:
 
     def generate(self, prompts, params, use_tqdm=False):
         outs = []
+        self.params = params
         for i, p in enumerate(prompts):
+            params = params[i] if isinstance(params, list) else params
             prompt_ids = list(range(3, 3 + len(p.split())))
             comps = [SimpleNamespace(token_ids=[10 + j] * (2 * j + 1) + ([self.eos] if j % 2 == 0 else []))
                      for j in range(params.n)]
@@ -75,6 +77,90 @@ class FakeEngine:
 
     def reset_prefix_cache(self):
         self.prefix_resets += 1
+
+
+PROMPTS = ["nums 1 2 target 3:", "nums 10 20 30 target 60:", "nums 4 5 target 9:", "nums 7 8 9 target 24:"]
+
+
+def test_hf_rows_do_not_depend_on_the_rest_of_the_batch(tiny):
+    """Per-row streams: the rollout of prompts split over two calls (two ranks) equals one call."""
+    model, tok = tiny
+    backend = HFBackend(model, tok)
+    kw = dict(temperature=1.0, max_new_tokens=10, seed=11)
+    whole = backend.generate(PROMPTS, 2, **kw)
+    first = backend.generate(PROMPTS[:2], 2, row_offset=0, **kw)
+    second = backend.generate(PROMPTS[2:], 2, row_offset=4, **kw)
+    p_all, r_all = whole.token_rows()
+    p1, r1 = first.token_rows()
+    p2, r2 = second.token_rows()
+    assert p_all == p1 + p2 and r_all == r1 + r2
+    assert whole.responses == first.responses + second.responses
+    assert len(set(map(tuple, r_all))) > 1  # genuinely sampled, not a constant
+    # packing the rows of both halves gives back exactly the single-call layout
+    packed = pack_rows(p1 + p2, r1 + r2, tok)
+    assert packed.prompt_width == whole.prompt_width
+    assert torch.equal(packed.input_ids, whole.input_ids)
+    assert torch.equal(packed.attention_mask, whole.attention_mask)
+    assert torch.equal(packed.response_mask, whole.response_mask)
+    assert packed.responses == whole.responses
+
+
+def test_hf_greedy_matches_transformers_generate(tiny):
+    """Our KV-cache loop (positions from the mask, left padding) decodes what `generate` decodes."""
+    model, tok = tiny
+    ours = HFBackend(model, tok).generate(PROMPTS, 1, temperature=0.0, max_new_tokens=8)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
+    ref = model.generate(**enc, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id)
+    ref_resp = ref[:, enc["input_ids"].shape[1]:]
+    ref_mask = response_mask_from_ids(ref_resp, tok.eos_token_id).bool()
+    _, rows = ours.token_rows()
+    assert rows == [ref_resp[i][ref_mask[i]].tolist() for i in range(len(PROMPTS))]
+
+
+def test_hf_sampling_follows_the_model_distribution(tiny):
+    """Gumbel-max with per-row streams samples the softmax: first-token counts over 8000 rows pass
+    a chi-square goodness-of-fit test against the model's temperature-1.3 probabilities
+    (statistic under df + 6 sqrt(2 df); a sampler at temperature 1.0 fails it by far)."""
+    import copy
+
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # a peaked next-token distribution, so temperature matters
+        model.lm_head.weight.mul_(8.0)
+    prompt = PROMPTS[0]
+    n = 8000
+    batch = HFBackend(model, tok).generate([prompt], n, temperature=1.3, max_new_tokens=1, seed=5)
+    first = batch.response_ids[:, 0]
+    enc = tok([prompt], return_tensors="pt")
+    with torch.no_grad():
+        probs = torch.softmax(model(**enc).logits[0, -1].float() / 1.3, dim=-1)
+    counts = torch.bincount(first, minlength=probs.numel()).float()
+
+    def chi2(p):  # categories with an expected count under 5 are pooled into one
+        big = n * p >= 5
+        obs, exp = counts[big], n * p[big]
+        if not big.all():
+            obs = torch.cat([obs, counts[~big].sum()[None]])
+            exp = torch.cat([exp, n * p[~big].sum()[None]])
+        return ((obs - exp) ** 2 / exp).sum().item(), len(obs) - 1
+
+    stat, df = chi2(probs)
+    assert df >= 5 and stat < df + 6 * (2 * df) ** 0.5, (stat, df)
+    with torch.no_grad():
+        probs_t1 = torch.softmax(model(**enc).logits[0, -1].float(), dim=-1)
+    stat, df = chi2(probs_t1)
+    assert stat > df + 6 * (2 * df) ** 0.5  # the test has the power to see a wrong temperature
+    # top-p: nothing outside the nucleus is ever drawn, the top token always stays
+    nucleus = _nucleus(torch.log(probs)[None], 0.5)[0]
+    assert torch.isfinite(nucleus[probs.argmax()])
+    batch = HFBackend(model, tok).generate([prompt], 500, temperature=1.3, top_p=0.5, max_new_tokens=1, seed=5)
+    assert torch.isfinite(nucleus[batch.response_ids[:, 0]]).all()
+
+
+def test_row_seeds_differ_per_row_and_seed():
+    seeds = {row_seed(s, r) for s in range(5) for r in range(200)}
+    assert len(seeds) == 1000 and all(0 <= x < 2**31 for x in seeds)
 
 
 def test_vllm_backend_with_a_fake_engine(tiny):
@@ -91,6 +177,10 @@ def test_vllm_backend_with_a_fake_engine(tiny):
     assert batch.response_mask[1].tolist() == [1, 1, 1]
     assert batch.input_ids[0, P + 1].item() == tok.eos_token_id
     assert batch.input_ids[0, P + 2].item() == tok.pad_token_id
+    # one seeded request per prompt, seeded by the global row of its first response
+    assert [q.seed for q in engine.params] == [row_seed(3, 0), row_seed(3, 2)]
+    backend.generate(["d e"], 2, temperature=1.0, max_new_tokens=8, seed=3, row_offset=2)
+    assert engine.params[0].seed == row_seed(3, 2)
     backend.sync_weights(model)
     assert set(engine.loaded) == set(model.state_dict()) and engine.prefix_resets == 1
 

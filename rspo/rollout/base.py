@@ -24,6 +24,16 @@ class RolloutBatch:
     def num_response_tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    def token_rows(self) -> tuple[list[list[int]], list[list[int]]]:
+        """(prompt token lists without padding, response token lists up to and including EOS)."""
+        P = self.prompt_width
+        ids = self.input_ids.cpu()
+        attn = self.attention_mask.cpu().bool()
+        resp_mask = self.response_mask.cpu().bool()
+        prompts = [ids[i, :P][attn[i, :P]].tolist() for i in range(ids.shape[0])]
+        responses = [ids[i, P:][resp_mask[i]].tolist() for i in range(ids.shape[0])]
+        return prompts, responses
+
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
         return RolloutBatch(
             input_ids=self.input_ids[rows],
@@ -36,11 +46,53 @@ class RolloutBatch:
 
 class RolloutBackend(Protocol):
     def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float, max_new_tokens: int,
-                 seed: int) -> RolloutBatch:
-        """n responses per prompt, grouped consecutively: rows [i*n, (i+1)*n) answer prompts[i]."""
+                 seed: int, row_offset: int = 0) -> RolloutBatch:
+        """n responses per prompt, grouped consecutively: rows [i*n, (i+1)*n) answer prompts[i].
+
+        Row i is sampled from its own stream seeded by ``row_seed(seed, row_offset + i)``, so a
+        response does not depend on which other prompts share the call (the property that makes
+        rollouts sharded over ranks equal to a single-process rollout).
+        """
 
     def sync_weights(self, model) -> None:
         """Make the engine sample from the training model's current weights."""
+
+
+def row_seed(seed: int, row: int) -> int:
+    """Seed of one response row's sampling stream (31 bits)."""
+    h = 1469598103934665603
+    for p in (seed, row, 0x5EED):
+        h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 64)
+    return h % (1 << 31)
+
+
+def pack_rows(prompt_rows: list[list[int]], response_rows: list[list[int]], tokenizer,
+              texts: list[str] | None = None, device: torch.device | str = "cpu") -> RolloutBatch:
+    """The canonical batch layout from token lists: prompts left-padded to the longest prompt,
+    responses right-padded to the longest response (at least 1), tokens after the first EOS
+    masked and replaced by the pad token. ``texts`` default to the decoded responses."""
+    if len(prompt_rows) != len(response_rows) or not prompt_rows:
+        raise ValueError(f"need as many prompt rows as response rows (> 0), got {len(prompt_rows)} and "
+                         f"{len(response_rows)}")
+    pad = tokenizer.pad_token_id
+    P = max(len(p) for p in prompt_rows)
+    R = max(1, max(len(r) for r in response_rows))
+    ids = torch.full((len(prompt_rows), P + R), pad, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, (p, r) in enumerate(zip(prompt_rows, response_rows)):
+        ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attn[i, P - len(p) : P] = 1
+        if r:
+            ids[i, P : P + len(r)] = torch.tensor(r, dtype=torch.long)
+    response_ids = ids[:, P:]
+    lengths = torch.tensor([len(r) for r in response_rows])
+    within = torch.arange(R)[None, :] < lengths[:, None]
+    response_mask = response_mask_from_ids(response_ids, tokenizer.eos_token_id) * within.float()
+    attn[:, P:] = response_mask.long()
+    ids[:, P:] = torch.where(response_mask.bool(), response_ids, torch.full_like(response_ids, pad))
+    if texts is None:
+        texts = tokenizer.batch_decode(ids[:, P:], skip_special_tokens=True)
+    return RolloutBatch(ids.to(device), attn.to(device), P, response_mask.to(device), list(texts))
 
 
 def response_mask_from_ids(response_ids: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:

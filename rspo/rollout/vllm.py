@@ -6,13 +6,17 @@ process with ``gpu_memory_utilization = rl.rollout.vllm_gpu_memory_utilization``
 optimiser phase the trainer calls ``sync_weights(model)``, which streams the training model's
 state dict into the engine's model (``load_weights``) and resets the prefix cache, so the next
 rollout samples from the updated policy (the same colocated scheme TRL uses).
+Under torchrun (``resources.train.processes`` = GPUs per node) every rank builds its own engine
+on its own GPU and generates its share of the prompts; ``sync_weights`` all-gathers the FSDP2
+shards parameter by parameter into each engine. Give the engine and the FSDP shards room
+together: ``vllm_gpu_memory_utilization`` is the engine's share of each GPU.
 
 vLLM cannot run on the CPU machines of this project: the import is guarded (a clear error names
 the missing extra) and everything around the engine is unit-tested with a fake engine that has
 the same ``generate`` / output shape (``RequestOutput.prompt_token_ids``, ``.outputs[j].token_ids``).
 
-Deviation from the hf backend: vLLM returns its own sampled token ids; the batch is rebuilt in the
-same layout (left-padded prompts, right-padded responses, EOS included in the mask). Old log-probs
+Deviation from the hf backend: vLLM returns its own sampled token ids and seeds per prompt (one
+seeded SamplingParams per request), not per response row; the batch is rebuilt in the same layout (left-padded prompts, right-padded responses, EOS included in the mask). Old log-probs
 are always recomputed by the training model (paper: the rollout engine's log-probs are not used).
 """
 
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from rspo.rollout.base import RolloutBatch, response_mask_from_ids
+from rspo.rollout.base import RolloutBatch, pack_rows, row_seed
 
 
 def _import_vllm():
@@ -65,42 +69,31 @@ class VLLMBackend:
         )
 
     def sync_weights(self, model) -> None:
+        """Stream the training model's weights into the engine. Under FSDP2 each parameter is
+        all-gathered first (a collective: every rank calls this after every step)."""
+        from rspo.distributed import full_tensor
+
         self.model = model
         target = self._engine_model()
-        target.load_weights(((name, p.detach()) for name, p in model.state_dict().items()))
+        target.load_weights(((name, full_tensor(p.detach())) for name, p in model.state_dict().items()))
         if hasattr(self.engine, "reset_prefix_cache"):
             self.engine.reset_prefix_cache()
 
     def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float = 1.0,
-                 max_new_tokens: int = 64, seed: int = 0) -> RolloutBatch:
+                 max_new_tokens: int = 64, seed: int = 0, row_offset: int = 0) -> RolloutBatch:
+        """One SamplingParams per prompt, seeded by the global row of the prompt's first response,
+        so a prompt's n responses do not depend on how prompts are split over calls or ranks."""
         if not prompts:
             raise ValueError("prompts: empty")
-        params = self.sampling_params_cls(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                          max_tokens=max_new_tokens, seed=seed)
+        params = [self.sampling_params_cls(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                                           max_tokens=max_new_tokens, seed=row_seed(seed, row_offset + i * n))
+                  for i in range(len(prompts))]
         outputs = self.engine.generate(prompts, params, use_tqdm=False)
-        tok = self.tokenizer
-        pad = tok.pad_token_id
         prompt_rows: list[list[int]] = []
         resp_rows: list[list[int]] = []
         for req in outputs:
             for comp in req.outputs:
                 prompt_rows.append(list(req.prompt_token_ids))
                 resp_rows.append(list(comp.token_ids))
-        P = max(len(p) for p in prompt_rows)
-        R = max(1, max(len(r) for r in resp_rows))
-        ids = torch.full((len(prompt_rows), P + R), pad, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for i, (p, r) in enumerate(zip(prompt_rows, resp_rows)):
-            ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
-            attn[i, P - len(p) : P] = 1
-            if r:
-                ids[i, P : P + len(r)] = torch.tensor(r, dtype=torch.long)
-        response_ids = ids[:, P:]
-        lengths = torch.tensor([len(r) for r in resp_rows])
-        within = torch.arange(R)[None, :] < lengths[:, None]
-        response_mask = response_mask_from_ids(response_ids, tok.eos_token_id) * within.float()
-        attn[:, P:] = response_mask.long()
-        ids[:, P:] = torch.where(response_mask.bool(), response_ids, torch.full_like(response_ids, pad))
-        texts = tok.batch_decode(ids[:, P:], skip_special_tokens=True)
         device = next(self.model.parameters()).device if self.model is not None else torch.device("cpu")
-        return RolloutBatch(ids.to(device), attn.to(device), P, response_mask.to(device), texts)
+        return pack_rows(prompt_rows, resp_rows, self.tokenizer, device=device)

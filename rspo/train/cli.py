@@ -6,6 +6,11 @@
 
 Rerunning the same command after a kill resumes from the last checkpoint into the same MLflow run;
 a folder that holds a run with another config is refused.
+
+Data parallel: launch the same command under torchrun, e.g.
+``torchrun --standalone --nproc-per-node 2 -m rspo train ...`` (gloo on CPU, NCCL on GPUs). The
+model is sharded with FSDP2, ``--threads`` is the job's total and is split over the processes,
+and rank 0 writes the run folder and the MLflow run.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="run folder")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override, e.g. --set algorithm.gamma_min=0.5 --set schedule.total_steps=10")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (sets model.threads)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads of the job, split over torchrun processes (sets model.threads)")
     ap.add_argument("--no-mlflow", action="store_true", help="write metrics.jsonl only")
     return ap
 
@@ -50,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             vals[k] = v
         overrides.append(f"data.val_paths={json.dumps(vals)}")
     if args.threads:
-        overrides.append(f"model.threads={args.threads}")
+        from rspo.distributed import Dist
+
+        overrides.append(f"model.threads={max(1, args.threads // Dist.from_env().world_size)}")
     try:
         cfg = load_train_config(args.preset, args.run, overrides)
     except (ConfigError, FileNotFoundError) as e:
@@ -67,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         def factory(**kw):
             return Tracker(uri, experiment, **kw)
 
-    final = Trainer(cfg, args.out, tracker_factory=factory).run()
-    print(json.dumps({k: final[k] for k in ("run_name", "steps", "collapsed")}))
+    try:
+        trainer = Trainer(cfg, args.out, tracker_factory=factory)
+    except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
+        print(f"rspo train: {e}", file=sys.stderr)
+        return 2
+    final = trainer.run()
+    if trainer.dist.is_main:
+        print(json.dumps({k: final[k] for k in ("run_name", "steps", "collapsed")}))
+    if trainer.dist.enabled:
+        import torch.distributed as tdist
+
+        tdist.destroy_process_group()
     return 0

@@ -21,6 +21,20 @@ updates, so on the on-policy mini-batch the update forward reproduces the old fo
 Router diagnostics (``router/shift_ratio_mean``, ``router/shift_clipfrac``) are computed for EVERY
 run from the current router's own logits, whether RS is on or not and under every routing mode.
 
+Data parallel (torchrun, ``rspo.distributed``): every rank holds an FSDP2-sharded copy of the
+model and the full step batch. Rank r generates and scores its contiguous share of the step's
+prompts (rows are seeded per global row, so the rollout equals the single-process one), the
+token rows and scores are all-gathered into the same padded batch a single process would build,
+each mini-batch is split into equal contiguous row shares, every rank runs the old pass and the
+updates on its share with the same micro-batch size, and FSDP2 averages the gradients (each
+micro-batch loss is scaled by its share of the global mini-batch times the world size, so the
+average is the single-process gradient). Old log-probs, the
+router cache and the per-micro-batch metrics are gathered, so every rank logs the same numbers
+and rank 0 writes them. Checkpoints hold full (unsharded) state dicts, so a run resumes with
+any number of processes. prompts_per_step and the rows of a mini-batch (mini_batch_prompts x
+group_size) must divide by the world size; for equality with a single process, the micro-batch
+size should divide the per-rank rows of a mini-batch, so both runs see the same micro-batches.
+
 Deviations / choices the paper leaves open:
 - Learning-rate schedule: linear warmup then constant (verl's default); the paper gives no lr.
 - Metrics are averaged over the step's mini-batches (verl logs the same way).
@@ -43,7 +57,16 @@ from typing import Any
 
 import torch
 
-from rspo.config import TrainConfig
+from rspo.config import ConfigError, TrainConfig, check_world_size
+from rspo.distributed import (
+    Dist,
+    full_state_dicts,
+    full_tensor,
+    init_distributed,
+    load_full_state_dicts,
+    rank_device,
+    shard_model,
+)
 from rspo.losses import NonFiniteLogProbError, compute_policy_loss, group_advantages, masked_mean
 from rspo.models import (
     load_balancing_loss,
@@ -58,6 +81,7 @@ from rspo.models import (
     set_threads,
 )
 from rspo.rollout import RolloutBatch, make_backend
+from rspo.rollout.base import pack_rows
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
@@ -94,7 +118,10 @@ class Trainer:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         set_threads(cfg.model.threads)
-        self.device = resolve_device(cfg.model.device)
+        self.dist: Dist = init_distributed(resolve_device(cfg.model.device))
+        if self.dist.enabled:
+            check_world_size(cfg, self.dist.world_size)
+        self.device = rank_device(resolve_device(cfg.model.device), self.dist)
         self.task: Task = task or get_task(cfg.data.task, cfg.data.prompt_format)
         self.train_records = load_records(self.task, cfg.data.train_path)
         self.val_records = {name: load_records(self.task, path) for name, path in cfg.data.val_paths.items()}
@@ -102,10 +129,15 @@ class Trainer:
             self.val_records = {k: v[: cfg.schedule.val_size] for k, v in self.val_records.items()}
         meta = read_meta(cfg.model.path) if Path(cfg.model.path).is_dir() else {}
         self.tokenizer = load_tokenizer_checked(cfg.model.path, meta.get("tokenizer_fingerprint"))
-        self.model = load_model(cfg.model.path, dtype=cfg.model.dtype, device=str(self.device))
+        # data parallel: load on the CPU; fully_shard moves each rank's shard to its device, so a
+        # GPU never holds the whole model
+        self.model = load_model(cfg.model.path, dtype=cfg.model.dtype,
+                                device="cpu" if self.dist.enabled else str(self.device))
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.config.use_cache = False
+        if self.dist.enabled:
+            shard_model(self.model, self.dist, self.device)
         self.train_records = self._drop_long(self.train_records, "train")
         self.val_records = {k: self._drop_long(v, k) for k, v in self.val_records.items()}
         self.spec = router_spec(self.model)
@@ -117,8 +149,11 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda u: min(1.0, (u + 1) / o.warmup_steps) if o.warmup_steps else 1.0)
+        # under FSDP every decoding forward is a collective: ranks stop together
+        all_done = (lambda local: not self.dist.any(not local)) if self.dist.enabled else None
         self.backend = make_backend(cfg.rollout.backend, self.model, self.tokenizer, model_path=cfg.model.path,
-                                    gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+                                    gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+                                    all_done=all_done)
         self.collapse = CollapseDetector(cfg.tracking.collapse_window, cfg.tracking.collapse_drop,
                                          cfg.tracking.collapse_kl_spike)
         self.step = 0
@@ -127,6 +162,7 @@ class Trainer:
         self._tracker_factory = tracker_factory
         self.metrics_path = self.out / "metrics.jsonl"
         self._perm: tuple[int, list[int]] = (-1, [])
+        self._last_logged: dict[str, float] = {}
 
     def _drop_long(self, records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
@@ -169,8 +205,9 @@ class Trainer:
         run_id = None
         if ckpt is not None:
             run_id = self._load_checkpoint(ckpt)
-        else:
+        elif self.dist.is_main:
             self.metrics_path.unlink(missing_ok=True)
+        self.dist.barrier()  # no rank reads the folder while rank 0 rewrites it
         return run_id
 
     def latest_checkpoint(self) -> Path | None:
@@ -182,18 +219,25 @@ class Trainer:
         return done[-1] if done else None
 
     def _save_checkpoint(self) -> None:
+        """Full (unsharded) model and optimizer state, written by rank 0 into a temp folder that is
+        renamed at the end: a checkpoint exists whole or not at all."""
+        model_sd, optim_sd = full_state_dicts(self.model, self.optimizer)  # collective
+        if not self.dist.is_main:
+            self.dist.barrier()
+            return
         d = self.out / CKPT_DIR
         d.mkdir(exist_ok=True)
         final = d / f"step_{self.step:06d}"
         tmp = d / f".tmp_step_{self.step:06d}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        from safetensors.torch import save_model
+        from safetensors.torch import save_file
 
-        save_model(self.model, str(tmp / "model.safetensors"))  # handles tied embeddings
+        # clones: tied embeddings share storage, which safetensors refuses
+        save_file({k: v.detach().contiguous().clone() for k, v in model_sd.items()}, str(tmp / "model.safetensors"))
         state = {
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optim_sd,
             "scheduler": self.scheduler.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "collapse": self.collapse.state_dict(),
@@ -207,20 +251,22 @@ class Trainer:
         olds = sorted(d.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))[:-keep]
         for p in olds:
             shutil.rmtree(p, ignore_errors=True)
+        self.dist.barrier()
 
     def _load_checkpoint(self, ckpt: Path) -> str | None:
-        from safetensors.torch import load_model
+        """Every rank reads the full state and keeps its shard (any world size can resume)."""
+        from safetensors.torch import load_file
 
         try:
-            missing, unexpected = load_model(self.model, str(ckpt / "model.safetensors"), strict=False)
+            model_sd = load_file(str(ckpt / "model.safetensors"))
             state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
         except Exception as e:  # corrupt checkpoint: say which and why
             raise RuntimeError(f"checkpoint {ckpt} is corrupt or unreadable: {e}; delete it to resume from "
                                f"the previous one") from e
-        if missing or unexpected:
-            raise RuntimeError(f"checkpoint {ckpt} does not match the model: missing {sorted(missing)[:3]}, "
-                               f"unexpected {sorted(unexpected)[:3]}")
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            load_full_state_dicts(self.model, model_sd, self.optimizer, state["optimizer"])
+        except (KeyError, ValueError, RuntimeError) as e:
+            raise RuntimeError(f"checkpoint {ckpt} does not match the model or optimizer: {e}") from e
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
@@ -228,7 +274,7 @@ class Trainer:
         self.nonfinite_in_row = state["nonfinite_in_row"]
         self.step = int(state["step"])
         # metric lines written after this checkpoint belong to work that is redone now
-        if self.metrics_path.is_file():
+        if self.dist.is_main and self.metrics_path.is_file():
             keep = [ln for ln in self.metrics_path.read_text().splitlines()
                     if ln.strip() and json.loads(ln)["step"] <= self.step]
             self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
@@ -237,7 +283,11 @@ class Trainer:
     # ------------------------------------------------------------------ logging
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
+        """Every rank holds the same (reduced) metrics; rank 0 writes them."""
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        self._last_logged.update(row)
+        if not self.dist.is_main:
+            return
         with open(self.metrics_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
         if self.tracker is not None:
@@ -263,6 +313,22 @@ class Trainer:
             out.append(self.train_records[self._epoch_order(epoch)[pos]])
         return out
 
+    def _local_rows(self, mb: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous share of a mini-batch's rows (all of them in one process)."""
+        lo, hi = self.dist.shard_bounds(len(mb))
+        return mb[lo:hi]
+
+    def _gather_rollout(self, local: RolloutBatch, local_scored: list[tuple[float, str]]
+                        ) -> tuple[RolloutBatch, list[tuple[float, str]]]:
+        """All ranks' rollout rows (in rank order) packed into the layout one process builds."""
+        if not self.dist.enabled:
+            return local, local_scored
+        prompts, responses = local.token_rows()
+        parts = self.dist.all_gather_object((prompts, responses, local.responses, local_scored))
+        batch = pack_rows([p for part in parts for p in part[0]], [r for part in parts for r in part[1]],
+                          self.tokenizer, texts=[t for part in parts for t in part[2]], device=self.device)
+        return batch, [x for part in parts for x in part[3]]
+
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         size = self.cfg.schedule.micro_batch_size or len(rows)
         return [rows[i : i + size] for i in range(0, len(rows), size)]
@@ -286,7 +352,7 @@ class Trainer:
         caches, rows_all = [], []
         keep_logits = self.routing is RoutingMode.LOGIT_REPLAY
         for mb in order:
-            for rows in self._micro_batches(mb):
+            for rows in self._micro_batches(self._local_rows(mb)):
                 if self.use_router_cache:
                     out, cache = forward_with_router_cache(self.model, keep_logits=keep_logits,
                                                            **self._forward_inputs(batch, rows))
@@ -297,12 +363,21 @@ class Trainer:
                 old_logp[rows] = lp
                 entropy[rows] = ent
                 rows_all.append(rows)
+        rows_cat = torch.cat(rows_all)
+        if self.dist.enabled:  # each row was computed by one rank and is zero elsewhere: sums are exact
+            self.dist.all_reduce_sum_(old_logp)
+            self.dist.all_reduce_sum_(entropy)
         if not caches:
             return old_logp, entropy, None
         cache = OldRouterCache.cat(caches)
+        if self.dist.enabled:
+            g = self.dist.all_gather_cat
+            cache = OldRouterCache(indices=g(cache.indices, 1), logp=g(cache.logp, 1), num_experts=cache.num_experts,
+                                   logits=None if cache.logits is None else g(cache.logits, 1))
+            rows_cat = g(rows_cat)
         # reorder the cache rows back to batch order
         inv = torch.empty(B, dtype=torch.long)
-        inv[torch.cat(rows_all)] = torch.arange(B)
+        inv[rows_cat] = torch.arange(B)
         return old_logp, entropy, cache[inv]
 
     def _update_micro(self, batch, rows, old_logp, adv, cache, n_valid_mb) -> dict[str, float]:
@@ -325,10 +400,17 @@ class Trainer:
                 with torch.set_grad_enabled(keep_graph):
                     gamma_full = router_shift(cache_rows, cap.logits)  # (b, P + R)
                 gamma = response_slice(gamma_full, P)
-            loss, m = compute_policy_loss(
-                a.algo, logp, old_logp[rows], adv[rows], mask,
-                router_shift=gamma if a.router_shift else None, gamma_min=a.gamma_min,
-                stop_gradient=a.stop_gradient, clip_low=a.clip_low, clip_high=a.clip_high)
+            err = None
+            try:
+                loss, m = compute_policy_loss(
+                    a.algo, logp, old_logp[rows], adv[rows], mask,
+                    router_shift=gamma if a.router_shift else None, gamma_min=a.gamma_min,
+                    stop_gradient=a.stop_gradient, clip_low=a.clip_low, clip_high=a.clip_high)
+            except NonFiniteLogProbError as e:
+                err, loss, m = str(e), None, {}
+            # every rank must take the same branch: backward is a collective under FSDP
+            if self.dist.any(err is not None):
+                raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
             if gamma is not None and not a.router_shift:  # diagnostics for every run, as in the loss
                 g = gamma.detach()
                 mb = mask.bool()
@@ -341,9 +423,11 @@ class Trainer:
                 loss = loss + a.router_aux_loss_coef * aux
                 m["actor/router_aux_loss"] = float(aux)
             n_valid = int(mask.bool().any(dim=1).sum())
-            scaled = loss * (n_valid / n_valid_mb)
-            if not torch.isfinite(scaled):
-                raise NonFiniteLogProbError(f"loss is {scaled.item()}")
+            # share of the global mini-batch; x world size because FSDP averages gradients over ranks
+            scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
+            bad = not bool(torch.isfinite(scaled))
+            if self.dist.any(bad):
+                raise NonFiniteLogProbError(f"loss is {scaled.item()}" if bad else "non-finite loss on another rank")
             scaled.backward()
         return m
 
@@ -361,12 +445,15 @@ class Trainer:
         G = cfg.rollout.group_size
         t0 = time.perf_counter()
         records = self._sample_prompts(step)
-        prompts = [self.task.prompt(r) for r in records]
-        batch = self.backend.generate(prompts, G, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                      max_new_tokens=cfg.rollout.max_new_tokens, seed=derive_seed(cfg.seed, step, 1))
+        lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
+        local = self.backend.generate([self.task.prompt(r) for r in records[lo:hi]], G,
+                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                      max_new_tokens=cfg.rollout.max_new_tokens, seed=derive_seed(cfg.seed, step, 1),
+                                      row_offset=lo * G)
         t1 = time.perf_counter()
-        per_response = [r for r in records for _ in range(G)]
-        scored = self.task.score_batch(batch.responses, per_response, cfg.data.reward_workers)
+        per_response = [r for r in records[lo:hi] for _ in range(G)]
+        local_scored = self.task.score_batch(local.responses, per_response, cfg.data.reward_workers)
+        batch, scored = self._gather_rollout(local, local_scored)
         rewards = torch.tensor([s for s, _ in scored], dtype=torch.float32)
         adv = group_advantages(rewards, G).to(self.device)
         t2 = time.perf_counter()
@@ -381,16 +468,17 @@ class Trainer:
             mbs = mbs0 if epoch == 0 else self._mini_batches(step, epoch, G, len(records))
             for j, mb in enumerate(mbs):
                 self.optimizer.zero_grad(set_to_none=True)
-                n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))
+                n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
                 mb_metrics: dict[str, list[float]] = defaultdict(list)
                 ok = True
                 try:
-                    for rows in self._micro_batches(mb):
+                    for rows in self._micro_batches(self._local_rows(mb)):
                         m = self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb)
                         for k, v in m.items():
                             mb_metrics[k].append(v)
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        [p for p in self.model.parameters() if p.grad is not None], cfg.optim.grad_clip)
+                    grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(
+                        [p for p in self.model.parameters() if p.grad is not None and p.numel()],
+                        cfg.optim.grad_clip))
                     if not torch.isfinite(grad_norm):
                         raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
                 except NonFiniteLogProbError as e:
@@ -407,6 +495,12 @@ class Trainer:
                     self.nonfinite_in_row = 0
                     self.optimizer.step()
                     self.scheduler.step()
+                    if self.dist.enabled:  # the micro-batch values of every rank, in rank order
+                        merged: dict[str, list[float]] = defaultdict(list)
+                        for part in self.dist.all_gather_object(dict(mb_metrics)):
+                            for k, v in part.items():
+                                merged[k] += v
+                        mb_metrics = merged
                     mb_metrics["actor/grad_norm"].append(float(grad_norm))
                     for k, v in mb_metrics.items():
                         sums[k].append(sum(v) / len(v))
@@ -444,27 +538,53 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
+        """Held-out score; ranks take equal contiguous shares (the last padded with repeats of
+        the first record, whose scores are dropped) so they decode the same number of batches."""
         out = {}
+        W = self.dist.world_size
         for name, records in self.val_records.items():
+            per = -(-len(records) // W)
+            lo = self.dist.rank * per
+            mine = records[lo : lo + per]
+            mine = mine + [records[0]] * (per - len(mine))
             scored = generate_and_score(
-                self.backend, self.task, records, temperature=self.cfg.rollout.val_temperature,
+                self.backend, self.task, mine, temperature=self.cfg.rollout.val_temperature,
                 max_new_tokens=self.cfg.rollout.max_new_tokens, workers=self.cfg.data.reward_workers,
-                chunk_seed=lambda start: derive_seed(self.cfg.seed, self.step, 3, start))
+                seed=derive_seed(self.cfg.seed, self.step, 3), row_offset=lo)
+            scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
             out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
         return out
 
     # ------------------------------------------------------------------ main loop
 
+    def _save_final(self, meta: dict[str, Any]) -> None:
+        """The final HF checkpoint; under FSDP the full state is gathered into a plain model on rank 0."""
+        if not self.dist.enabled:
+            save_checkpoint(self.model, self.tokenizer, self.out / "final", meta=meta)
+            return
+        model_sd, _ = full_state_dicts(self.model)  # collective
+        if self.dist.is_main:
+            from transformers import AutoModelForCausalLM
+
+            plain = AutoModelForCausalLM.from_config(self.model.config, dtype=next(iter(model_sd.values())).dtype)
+            plain.load_state_dict(model_sd, strict=True)
+            save_checkpoint(plain, self.tokenizer, self.out / "final", meta=meta)
+        self.dist.barrier()
+
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        main = self.dist.is_main
         run_id = self._prepare_folder()
         info = self._run_info()
-        if self._tracker_factory is not None:
+        if self._tracker_factory is not None and main:
             self.tracker = self._tracker_factory(run_id=run_id, run_name=cfg.run_name, params=cfg.flat_params(),
                                                  tags={k: str(v) for k, v in info.items() if k != "fingerprint"})
         info["mlflow_run_id"] = self.tracker.run_id if self.tracker else None
-        (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
-        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
+        if self.dist.enabled:
+            info["world_size"] = self.dist.world_size
+        if main:
+            (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
+            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
         if self.tracker:
             self.tracker.log_artifact(self.out / "config.json")
         sc = cfg.schedule
@@ -485,24 +605,28 @@ class Trainer:
                 self._log(metrics, self.step)
                 if sc.ckpt_every and (self.step % sc.ckpt_every == 0) and self.step < sc.total_steps:
                     self._save_checkpoint()
+            self._save_final({**read_meta(cfg.model.path), "run": info})
         except BaseException as e:
             if self.tracker:
                 self.tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
-        save_checkpoint(self.model, self.tokenizer, self.out / "final",
-                        meta={**read_meta(cfg.model.path), "run": info})
-        rows = [json.loads(ln) for ln in self.metrics_path.read_text().splitlines() if ln.strip()]
         last: dict[str, float] = {}
-        for r in rows:
-            last.update(r)
+        if main:  # the whole file: a resumed run's earlier steps are in it, not in memory
+            for ln in self.metrics_path.read_text().splitlines():
+                if ln.strip():
+                    last.update(json.loads(ln))
+        else:
+            last = dict(self._last_logged)
         final = {**info, "collapsed": self.collapse.fired, "collapse_step": self.collapse.step,
                  "steps": self.step, "final_metrics": last}
-        (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
-        tmp = self.out / "final.json.tmp"
-        tmp.write_text(json.dumps(final, indent=2))
-        if self.tracker:
-            self.tracker.log_artifact(tmp)
-        tmp.rename(self.out / "final.json")
+        if main:
+            (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
+            tmp = self.out / "final.json.tmp"
+            tmp.write_text(json.dumps(final, indent=2))
+            if self.tracker:
+                self.tracker.log_artifact(tmp)
+            tmp.rename(self.out / "final.json")
         if self.tracker:
             self.tracker.end("FINISHED")
+        self.dist.barrier()  # final.json exists before any rank returns
         return final

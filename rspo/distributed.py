@@ -1,0 +1,205 @@
+"""Multi-process data parallel: process group, FSDP2 sharding, and the collectives the trainer uses.
+
+Launch with torchrun (one process per GPU, or per core group on CPU)::
+
+    torchrun --standalone --nproc-per-node 2 -m rspo train --preset ... --out ...
+
+``Dist.from_env()`` reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK; ``init_distributed`` starts
+the process group (gloo on CPU, NCCL on CUDA) once. Without torchrun everything here is the
+identity (world size 1) and no process group is created, so the single-process path runs the
+same code.
+
+Sharding: ``shard_model`` applies FSDP2 ``fully_shard`` to every decoder layer and then to the
+root, on a 1-D device mesh over all ranks. Parameters become DTensors sharded on dim 0; each
+layer's forward all-gathers its parameters and frees them afterwards; gradients are
+reduce-scattered after backward and AVERAGED over ranks (FSDP's default; a divide factor of 1
+would need PREMUL_SUM, which gloo lacks). The trainer scales each micro-batch loss by its share
+of the GLOBAL mini-batch times the world size, so the average is the single-process gradient.
+
+Every collective below must be called by all ranks in the same order; the trainer guarantees it
+by giving every rank the same number of prompts, micro-batches and generated tokens per step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Dist":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world < 1:
+            raise ValueError(f"WORLD_SIZE must be >= 1, got {world}")
+        return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shard_bounds(self, n: int) -> tuple[int, int]:
+        """[lo, hi) of this rank's contiguous share of n items; n must divide by the world size."""
+        if n % self.world_size:
+            raise ValueError(f"{n} items cannot be split evenly over {self.world_size} ranks")
+        per = n // self.world_size
+        return self.rank * per, (self.rank + 1) * per
+
+    # ---- collectives (identity for a single process) -------------------------------------
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """[obj of rank 0, obj of rank 1, ...] on every rank."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        tdist.all_gather_object(out, obj)
+        return out
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is True on any rank."""
+        if not self.enabled:
+            return bool(flag)
+        t = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
+        tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
+    def all_reduce_sum_(self, t: torch.Tensor) -> torch.Tensor:
+        """In-place sum over ranks (returns ``t``)."""
+        if self.enabled:
+            if t.device != _collective_device():
+                t.copy_(self.all_reduce_sum_(t.to(_collective_device())))
+            else:
+                tdist.all_reduce(t, op=tdist.ReduceOp.SUM)
+        return t
+
+    def all_gather_cat(self, t: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        """Concatenate equally shaped tensors of all ranks along ``dim`` (rank order)."""
+        if not self.enabled:
+            return t
+        src = t.to(_collective_device()).contiguous()  # NCCL gathers CUDA tensors only
+        parts = [torch.empty_like(src) for _ in range(self.world_size)]
+        tdist.all_gather(parts, src)
+        return torch.cat(parts, dim=dim).to(t.device)
+
+    def barrier(self) -> None:
+        if self.enabled:
+            tdist.barrier()
+
+
+def _collective_device() -> torch.device:
+    if tdist.is_initialized() and tdist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_distributed(device: torch.device) -> Dist:
+    """Start the process group when launched by torchrun (no-op otherwise) -> Dist.
+
+    ``device`` is the device the model will live on: CUDA ranks use NCCL and their LOCAL_RANK
+    GPU, CPU ranks use gloo.
+    """
+    d = Dist.from_env()
+    if not d.enabled:
+        return d
+    if not tdist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(d.local_rank)
+        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if tdist.get_world_size() != d.world_size or tdist.get_rank() != d.rank:
+        raise RuntimeError(f"process group (rank {tdist.get_rank()} of {tdist.get_world_size()}) disagrees "
+                           f"with the environment (RANK={d.rank}, WORLD_SIZE={d.world_size})")
+    return d
+
+
+def rank_device(device: torch.device, d: Dist) -> torch.device:
+    """CUDA ranks each use their LOCAL_RANK GPU; CPU stays CPU."""
+    if device.type == "cuda" and d.enabled:
+        return torch.device("cuda", d.local_rank)
+    return device
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__}: no model.layers to shard (expected a decoder-only LM)")
+    return list(layers)
+
+
+def shard_model(model: torch.nn.Module, d: Dist, device: torch.device) -> torch.nn.Module:
+    """FSDP2 ``fully_shard`` per decoder layer, then the root; gradients averaged over ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (d.world_size,))
+    # zero-element parameters (e.g. Qwen2-MoE's shared expert at shared_expert_intermediate_size=0)
+    # carry no gradient and cannot be chunked: FSDP leaves them replicated
+    empty = {p for p in model.parameters() if p.numel() == 0} or None
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, ignored_params=empty)
+    fully_shard(model, mesh=mesh, ignored_params=empty)
+    return model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's global value (collective: all ranks must call it); a plain tensor unchanged."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def full_state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """Unsharded model (and optimizer) state on CPU, keyed by parameter name (collective).
+
+    The same format for a single process and for FSDP2, so a checkpoint written with any world
+    size resumes with any other. Rank 0 holds the tensors; other ranks get empty dicts.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    msd = get_model_state_dict(model, options=opts)
+    osd = get_optimizer_state_dict(model, optimizer, options=opts) if optimizer is not None else None
+    return msd, osd
+
+
+def load_full_state_dicts(model: torch.nn.Module, model_sd: dict[str, torch.Tensor],
+                          optimizer: torch.optim.Optimizer | None = None,
+                          optim_sd: dict[str, Any] | None = None) -> None:
+    """Inverse of ``full_state_dicts``: every rank passes the full dicts and keeps its shard."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True)
+    result = set_model_state_dict(model, model_sd, options=StateDictOptions(full_state_dict=True, strict=False))
+    missing, unexpected = result.missing_keys, result.unexpected_keys
+    if missing or unexpected:
+        raise KeyError(f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
+    if optimizer is not None and optim_sd is not None:
+        set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)

@@ -1,0 +1,166 @@
+"""Data parallel training: 2 gloo processes under torchrun (FSDP2) equal one process.
+
+Both runs go through the real `rspo train` CLI (tests/dist_worker.py swaps in a dense test
+reward). Same prompts, per-row seeded rollouts, the same micro-batches split over the ranks,
+gradients summed by FSDP2: metrics and weights must agree up to float reduction order."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rspo.config import check_world_size, train_config_from_dict
+from rspo.data.countdown import CountdownConfig, generate
+from rspo.distributed import Dist
+from rspo.models import build_model, save_checkpoint
+from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "dist_worker.py"
+ARCH = dict(arch="qwen2_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
+            moe_intermediate_size=32, num_experts=4, top_k=1, norm_topk_prob=False,
+            shared_expert_intermediate_size=0, max_position_embeddings=96)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist_assets")
+    generate(CountdownConfig(num_numbers=3, max_number=20, min_target=10, max_target=40, train_size=64,
+                             val_size=8, val_target_size=8, seed=1), root / "data")
+    tok = build_tokenizer()
+    save_checkpoint(build_model(ARCH, tok, seed=0), tok, root / "base",
+                    meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
+    return root
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                             "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **extra)
+    return env
+
+
+def train(assets, out, nproc, *extra, algo=("algorithm.algo=gmpo", "algorithm.router_shift=true"), mlflow=None):
+    args = ["--preset", str(ROOT / "configs" / "smoke.yaml"), "--base-model", str(assets / "base"),
+            "--train-data", str(assets / "data" / "train.jsonl"), "--val", f"val={assets / 'data' / 'val.jsonl'}",
+            "--out", str(out), "--threads", str(nproc)]
+    sets = [*algo, "rollout.max_new_tokens=10", "optim.lr=3e-2", "schedule.total_steps=3",
+            "schedule.micro_batch_size=4", "schedule.val_every=3", "schedule.val_size=7", "schedule.ppo_epochs=2",
+            "schedule.keep_checkpoints=3", *extra]
+    for s in sets:
+        args += ["--set", s]
+    if mlflow is None:
+        args.append("--no-mlflow")
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                    "--nproc-per-node", str(nproc)]
+    env = _env(**({"MLFLOW_TRACKING_URI": mlflow} if mlflow else {}))
+    proc = subprocess.run([*launcher, str(WORKER), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc
+
+
+def metrics(out: Path) -> list[dict]:
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    ra, rb = metrics(a), metrics(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb] == [0, 1, 2, 3]
+    for x, y in zip(ra, rb):
+        assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
+        for k in x:
+            assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-6), (x["step"], k, x[k], y[k])
+    # weights move by ~0.2 at this learning rate; reduction-order noise through Adam leaves ~3e-5
+    wa, wb = weights(a / "final"), weights(b / "final")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-3, atol=2e-4, msg=k)
+
+
+@pytest.fixture(scope="module")
+def single(assets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "run"
+    train(assets, out, 1)
+    return out
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_equal_one_process(assets, single, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    dp = tmp_path / "dp"
+    proc = train(assets, dp, 2, mlflow=uri)
+    assert proc.stdout.count('"run_name"') == 1  # rank 0 alone reports
+    assert_same_run(single, dp)
+    rows = metrics(dp)
+    train_rows = [r for r in rows if "critic/score/mean" in r]
+    # a real run: rewards vary, the router moves off-policy, the on-policy mini-batch is neutral
+    assert any(r["critic/score/mean"] > 0 for r in train_rows)
+    assert all(r["router/onpolicy_shift_ratio_mean"] == 1.0 for r in train_rows)
+    assert any(r["router/shift_ratio_mean"] < 1.0 for r in train_rows)
+    base, final = weights(assets / "base"), weights(dp / "final")
+    assert any(not torch.equal(base[k], final[k]) for k in base)
+    info = json.loads((dp / "run.json").read_text())
+    assert info["world_size"] == 2
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("rspo-smoke").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # one MLflow run, written by rank 0
+    assert runs[0].info.run_id == info["mlflow_run_id"]
+    assert math.isfinite(runs[0].data.metrics["router/shift_ratio_mean"])
+
+    # a checkpoint written by 2 processes resumes in 1 process to the same result
+    resumed = tmp_path / "resumed"
+    shutil.copytree(dp, resumed)
+    shutil.rmtree(resumed / "final")
+    (resumed / "final.json").unlink()
+    shutil.rmtree(resumed / "checkpoints" / "step_000002")
+    train(assets, resumed, 1)
+    assert_same_run(single, resumed)
+
+
+@pytest.mark.slow
+def test_two_processes_with_index_replay_equal_one_process(assets, tmp_path):
+    """Replay modes read the gathered router cache: index replay under FSDP equals one process."""
+    algo = ("algorithm.algo=grpo", "algorithm.routing=index_replay")
+    ref, dp = tmp_path / "ref", tmp_path / "dp"
+    train(assets, ref, 1, algo=algo)
+    train(assets, dp, 2, algo=algo)
+    assert_same_run(ref, dp)
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_is_refused(assets):
+    rl = {"model": {"path": str(assets / "base")},
+          "data": {"task": "countdown", "train_path": str(assets / "data" / "train.jsonl")},
+          "rollout": {"group_size": 3},
+          "schedule": {"total_steps": 1, "prompts_per_step": 6, "mini_batch_prompts": 3}}
+    cfg = train_config_from_dict(rl, seed=0, run_name="t")
+    check_world_size(cfg, 3)
+    with pytest.raises(ValueError, match="schedule.prompts_per_step"):
+        check_world_size(cfg, 4)
+    with pytest.raises(ValueError, match="schedule.mini_batch_prompts"):
+        check_world_size(cfg, 2)  # 6 prompts split, but a mini-batch is 3 x 3 = 9 rows
+
+
+def test_dist_defaults_to_one_process(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    d = Dist.from_env()
+    assert not d.enabled and d.is_main and d.shard_bounds(6) == (0, 6)
+    assert d.all_gather_object({"a": 1}) == [{"a": 1}] and d.any(True) and not d.any(False)
+    assert Dist(rank=1, world_size=3).shard_bounds(6) == (2, 4)
+    with pytest.raises(ValueError, match="evenly"):
+        Dist(rank=0, world_size=4).shard_bounds(6)
