@@ -14,6 +14,11 @@ and as the LAST line one JSON object with at least ``rs_throughput_ratio`` (upda
 gmpo+rs / gmpo; paper 0.792, target >= 0.95), ``router_cache_bytes_per_token_layer_k`` (paper's
 implementation: 4, target <= 3) and ``rollout_tokens_per_s`` (hf backend).
 Run it alone: two torch jobs on these 2 cores slow each other down ~50x.
+
+``--data-parallel N`` adds a second table: the same RSPO run launched through ``rspo train`` in
+one process with all threads and under torchrun with N FSDP2 processes sharing them (gloo on
+CPU), median per-phase step times, and the largest difference between the two runs' per-step
+training rewards and losses (they should agree: rollouts are seeded per row).
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, 
 
 
 def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 3,
-              threads: int = 2, out: str | None = None) -> dict[str, Any]:
+              threads: int = 2, out: str | None = None, data_parallel: int = 0) -> dict[str, Any]:
     from rspo.config import load_train_config
     from rspo.models import set_threads
     from rspo.train.trainer import Trainer
@@ -89,6 +94,10 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
             for label, tr in trainers.items():
                 samples[label].append(tr.train_step())
                 tr.step += 1
+        dp_result, dp_lines = None, []
+        if data_parallel > 1:
+            dp_result, dp_lines = run_dp_bench(preset_path, model_dir, data_dir, work, nproc=data_parallel,
+                                               steps=steps, threads=threads)
     med = {label: {k: statistics.median(s[k] for s in rows) for k in rows[0]} for label, rows in samples.items()}
     cfg = trainers["gmpo+rs"].cfg
     spec = trainers["gmpo+rs"].spec
@@ -124,12 +133,65 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
     lines.append(f"router cache: {result['router_cache_bytes_per_token_layer_k']:.2f} bytes per (token, layer, k) "
                  f"(paper's implementation: 4), {result['router_cache_bytes_per_step'] / 1024:.1f} KiB per step")
     lines.append(f"rollout (hf): {result['rollout_tokens_per_s']:.0f} tokens/s")
+    if dp_result is not None:
+        result["data_parallel"] = dp_result
+        lines += [""] + dp_lines
     print("\n".join(lines))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
     return result
+
+
+def run_dp_bench(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *, nproc: int, steps: int,
+                 threads: int) -> tuple[dict[str, Any], list[str]]:
+    """RSPO steps through the real CLI: 1 process x threads vs nproc torchrun processes."""
+    import os
+    import subprocess
+    import sys
+
+    sets = {"algorithm.algo": "gmpo", "algorithm.router_shift": "true", "schedule.total_steps": str(steps + 1),
+            "schedule.val_every": "0", "schedule.ckpt_every": "0", "data.val_paths": "{}"}
+    rows: dict[str, dict[str, float]] = {}
+    curves: dict[str, list[dict[str, float]]] = {}
+    for n in (1, nproc):
+        label = f"{n} x {max(1, threads // n)} threads"
+        out = work / f"dp{n}"
+        cmd = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+                                  if n > 1 else []) + [
+            "-m", "rspo", "train", "--preset", preset_path, "--base-model", str(model_dir),
+            "--train-data", str(data_dir / "train.jsonl"), "--out", str(out), "--threads", str(threads),
+            "--no-mlflow"]
+        for k, v in sets.items():
+            cmd += ["--set", f"{k}={v}"]
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=dict(env, OMP_NUM_THREADS=str(max(1, threads // n))), capture_output=True,
+                              text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"data-parallel bench ({label}) failed:\n{proc.stderr[-3000:]}")
+        metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        curves[label] = metrics
+        timed = metrics[1:]  # the first step warms up
+        rows[label] = {p: statistics.median(m[p] for m in timed) for p in PHASES}
+        rows[label]["perf/tokens_per_s"] = statistics.median(m["perf/tokens_per_s"] for m in timed)
+        rows[label]["wall_s"] = wall
+    one, many = curves.values()
+    diff = {k: max(abs(a[k] - b[k]) for a, b in zip(one, many))
+            for k in ("critic/score/mean", "actor/pg_loss", "router/shift_ratio_mean")}
+    labels = list(rows)
+    result = {"processes": nproc, "steps_measured": steps, "rows": rows, "max_abs_diff": diff,
+              "step_speedup": rows[labels[0]]["perf/step_s"] / rows[labels[1]]["perf/step_s"]}
+    lines = [f"data parallel (rspo train, RSPO, median of {steps} steps after 1 warm-up; gloo on CPU)",
+             f"{'launch':<20}" + "".join(f"{p.split('/')[1]:>12}" for p in PHASES) + f"{'upd tok/s':>12}{'wall s':>9}"]
+    for label, row in rows.items():
+        lines.append(f"{label:<20}" + "".join(f"{row[p]:>12.3f}" for p in PHASES)
+                     + f"{row['perf/tokens_per_s']:>12.0f}{row['wall_s']:>9.1f}")
+    lines.append("max |1 process - N processes| per step: "
+                 + ", ".join(f"{k} {v:.2g}" for k, v in diff.items()))
+    return result, lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--data-parallel", type=int, default=0, metavar="N",
+                    help="also compare 1 process with N torchrun processes (0: skip)")
     args = ap.parse_args(argv)
-    run_bench(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads, out=args.out)
+    run_bench(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads, out=args.out,
+              data_parallel=args.data_parallel)
     return 0

@@ -21,3 +21,16 @@ def test_bench_prints_table_and_json(capsys, tmp_path, monkeypatch):
     assert result["router_cache_bytes_per_token_layer_k"] == 3.0  # uint8 index + fp16 log-prob
     assert any(line.startswith("gmpo+rs") for line in lines)
     assert json.loads(out.read_text()) == result
+
+
+def test_bench_data_parallel_table(capsys, tmp_path):
+    """--data-parallel 2: the same RSPO run through `rspo train` in 1 process and under torchrun
+    with 2 gloo processes; the table has both rows and the runs agree step by step."""
+    assert main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "2",
+                 "--data-parallel", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    dp = json.loads(lines[-1])["data_parallel"]
+    assert dp["processes"] == 2 and list(dp["rows"]) == ["1 x 2 threads", "2 x 1 threads"]
+    assert all(row["perf/step_s"] > 0 for row in dp["rows"].values())
+    assert dp["max_abs_diff"]["critic/score/mean"] < 1e-6 and dp["max_abs_diff"]["actor/pg_loss"] < 1e-4
+    assert any(line.startswith("2 x 1 threads") for line in lines)

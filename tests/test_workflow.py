@@ -74,6 +74,10 @@ def test_every_preset_plans(ws, preset):
     names = re.findall(r"--run (\S+)", out)
     assert len(names) == len(set(names)) == len(plan.runs)
     assert counts.get("pretrain", 0) == (1 if preset in ("smoke", "small", "paper_small") else 0)
+    # the 8-GPU presets train data parallel under torchrun; the others in one process
+    launched = re.findall(r"(python -m torch.distributed.run --standalone --nproc-per-node \d+ )?-m rspo train", out)
+    expected = "python -m torch.distributed.run --standalone --nproc-per-node 8 " if "large" in preset else ""
+    assert launched and set(launched) == {expected}
     print(f"{preset}: {counts['total']} jobs planned in {elapsed:.1f} s")
 
 
@@ -130,6 +134,8 @@ BAD = {
     "gamma": (lambda d: d["rl"]["algorithm"].update(gamma_min=1.5), "rl.algorithm.gamma_min: 1.5 is greater than"),
     "algo": (lambda d: d["grid"]["plugin"].update(algos=["grpo", "ppo"]), "grid.plugin.algos[1]: 'ppo' is not one of"),
     "name": (lambda d: d.update(preset="other"), "must equal the file name"),
+    "processes": (lambda d: d.setdefault("resources", {}).setdefault("train", {}).update(processes=3),
+                  "rl.schedule.prompts_per_step: 32 prompts cannot be split over 3 data-parallel processes"),
 }
 
 

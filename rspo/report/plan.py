@@ -66,14 +66,14 @@ NEEDS: dict[str, str] = {
 # threads None -> the preset's top-level `threads` (torch threads of a job).
 RULE_KINDS: tuple[str, ...] = ("data", "pretrain", "train", "evaluate", "bench", "report")
 DEFAULT_RESOURCES: dict[str, dict[str, Any]] = {
-    "data": {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0},
-    "pretrain": {"threads": None, "mem_mb": 4000, "runtime": 240, "gpu": 0},
-    "train": {"threads": None, "mem_mb": 4000, "runtime": 480, "gpu": 0},
-    "evaluate": {"threads": None, "mem_mb": 4000, "runtime": 120, "gpu": 0},
-    "bench": {"threads": None, "mem_mb": 4000, "runtime": 60, "gpu": 0},
-    "report": {"threads": 1, "mem_mb": 2000, "runtime": 15, "gpu": 0},
+    "data": {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "processes": 1},
+    "pretrain": {"threads": None, "mem_mb": 4000, "runtime": 240, "gpu": 0, "processes": 1},
+    "train": {"threads": None, "mem_mb": 4000, "runtime": 480, "gpu": 0, "processes": 1},
+    "evaluate": {"threads": None, "mem_mb": 4000, "runtime": 120, "gpu": 0, "processes": 1},
+    "bench": {"threads": None, "mem_mb": 4000, "runtime": 60, "gpu": 0, "processes": 1},
+    "report": {"threads": 1, "mem_mb": 2000, "runtime": 15, "gpu": 0, "processes": 1},
 }
-RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "cpus_per_gpu")
+RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "cpus_per_gpu", "processes")
 
 _SEED_SUFFIX = re.compile(r"-s(\d+)$")
 
@@ -259,10 +259,12 @@ class Plan:
         """Resolve every run of the preset's own grid into a TrainConfig (raises ConfigError).
 
         The schema checks keys, types and ranges; this adds the cross-field checks of the
-        dataclasses (mini-batch divides the batch, ...) before any job starts."""
+        dataclasses (mini-batch divides the batch, ...) and that every batch splits over the
+        train jobs' data-parallel processes (resources.train.processes), before any job starts."""
         own = rcfg.all_runs(self.preset)
+        processes = int(self.resources("train")["processes"])
         for name in own:
-            rcfg.load_train_config(preset_path, name)
+            rcfg.check_world_size(rcfg.load_train_config(preset_path, name), processes)
 
 
 # ---------------------------------------------------------------------------- schema validation

@@ -71,6 +71,14 @@ def res(kind, key):
     return PLAN.resources(kind)[key]
 
 
+def train_launcher():
+    """`python`, or torchrun with resources.train.processes data-parallel processes (FSDP2)."""
+    n = int(res("train", "processes"))
+    if n == 1:
+        return "python"
+    return f"python -m torch.distributed.run --standalone --nproc-per-node {n}"
+
+
 def bench_threads():
     """Scheduling threads of the benchmark: every local core, so that it runs alone (two torch
     jobs on a small machine slow each other down ~50x); on a cluster its own job's threads."""

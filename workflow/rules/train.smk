@@ -2,6 +2,8 @@
 # stop-gradient ablation, routing alternatives, and the math/code `main` runs. A run that several
 # figures need has one name and is trained once. final.json is written last by `rspo train`;
 # metrics.jsonl, run.json and the checkpoints stay in place if a job dies, so a rerun resumes.
+# With resources.train.processes > 1 the job runs under torchrun (data parallel, FSDP2): one
+# process per GPU on a GPU node, gloo processes on CPU; --threads is split over the processes.
 
 
 rule train:
@@ -18,6 +20,7 @@ rule train:
         data=lambda wildcards: train_params(wildcards)["data"],
         vals=lambda wildcards: train_params(wildcards)["vals"],
         out=lambda wildcards, output: os.path.dirname(output[0]),
+        launcher=train_launcher(),
     threads: res("train", "threads")
     resources:
         mem_mb=res("train", "mem_mb"),
@@ -26,5 +29,5 @@ rule train:
     conda:
         ENV_TORCH
     shell:
-        "python -m rspo train --preset {input.preset} --run {wildcards.run} --base-model {params.base} "
+        "{params.launcher} -m rspo train --preset {input.preset} --run {wildcards.run} --base-model {params.base} "
         "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} > {log} 2>&1"
