@@ -750,19 +750,14 @@ def load_split(path: str | os.PathLike) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"Countdown split not found: {p} (run `python -m rspo generate`)")
+    from rspo.jsonl import iter_jsonl
+
     records = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: malformed JSON line ({e.msg})") from None
-            problem = validate_record(rec)
-            if problem is not None:
-                raise ValueError(f"{p}:{lineno}: {problem}")
-            records.append(rec)
+    for lineno, rec in iter_jsonl(p):
+        problem = validate_record(rec)
+        if problem is not None:
+            raise ValueError(f"{p}:{lineno}: {problem}")
+        records.append(rec)
     return records
 
 

@@ -64,19 +64,9 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     opener = gzip.open if name.endswith(".gz") else open
     stem = name[:-3] if name.endswith(".gz") else name
     if stem.endswith(".jsonl"):
-        rows = []
-        with opener(p, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{p}:{lineno}: invalid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
-                rows.append(row)
-        return rows
+        from rspo.jsonl import iter_jsonl
+
+        return [row for _, row in iter_jsonl(p)]
     if stem.endswith(".json"):
         with opener(p, "rt", encoding="utf-8") as f:
             try:

@@ -26,7 +26,6 @@ when a step is logged twice (a resumed run), the last value counts.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rspo.jsonl import iter_jsonl
 from rspo.report import style
 from rspo.report.plan import FIGURES, Plan, Run
 
@@ -70,21 +70,14 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"missing metrics file: {path}")
     rows: dict[int, dict[str, float]] = {}
-    with path.open() as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not valid JSON: {e}") from e
-            step = rec.get("step") if isinstance(rec, dict) else None
-            if isinstance(step, bool) or not isinstance(step, int):
-                raise ValueError(f"{path}:{i}: every line needs an integer 'step', got {step!r}")
-            row = rows.setdefault(step, {})
-            for k, v in rec.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    row[k] = float(v)
+    for i, rec in iter_jsonl(path):
+        step = rec.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"{path}:{i}: every line needs an integer 'step', got {step!r}")
+        row = rows.setdefault(step, {})
+        for k, v in rec.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                row[k] = float(v)
     if not rows:
         raise ValueError(f"{path}: no metric lines")
     df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
