@@ -242,6 +242,28 @@ def test_smoke_dag_end_to_end_with_the_library(ws):
         assert found[name].info.status == "FINISHED"
         assert "router/shift_ratio_mean" in found[name].data.metrics
 
+    # reruns follow what changed: nothing, then an eval edit (no retraining, no pretraining),
+    # then an RL edit (every run retrains; data and pretraining stay)
+    r = snakemake(ws, "-n", "--config", "preset=smoke")
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+    preset_path = ws / "configs" / "smoke.yaml"
+    original = preset_path.read_text()
+    data = yaml.safe_load(original)
+    data["eval"]["countdown"]["size"] = 12
+    preset_path.write_text(yaml.safe_dump(data))
+    counts = job_counts(snakemake(ws, "-n", "--config", "preset=smoke").stdout)
+    assert counts.get("evaluate_countdown", 0) > 0
+    for rule in ("countdown_data", "tokenizer", "pretrain", "pretrain_task", "prepare_task", "train"):
+        assert rule not in counts, (rule, counts)
+    data = yaml.safe_load(original)
+    data["rl"]["optim"]["lr"] = 2.0e-3
+    preset_path.write_text(yaml.safe_dump(data))
+    counts = job_counts(snakemake(ws, "-n", "--config", "preset=smoke").stdout)
+    assert counts["train"] == len(plan.runs)
+    for rule in ("countdown_data", "tokenizer", "pretrain", "pretrain_task", "prepare_task"):
+        assert rule not in counts, (rule, counts)
+    preset_path.write_text(original)
+
 
 def plan_outputs(target: str) -> list[str]:
     if target.startswith("fig"):

@@ -65,6 +65,37 @@ ENV_CPU = "../../envs/cpu.yaml"
 ENV_TORCH = "../../envs/gpu.yaml" if PLAN.uses_gpu else ENV_CPU
 
 
+# The preset is not an input file of the jobs (then any edit, even to `eval:`, would rerun the
+# whole DAG, pretraining included). Each job carries instead, as a param, a digest of what its
+# outputs can depend on; Snakemake reruns a job whose params changed. Train jobs: the
+# fingerprint of the run's resolved TrainConfig. Other kinds: every preset section except
+# those listed here, which the kind's command never reads for its outputs.
+_NOT_READ = {
+    "data": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "pretrain": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "evaluate": {"grid", "resources", "mlflow", "seeds", "threads"},
+    "bench": {"grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "report": {"resources", "mlflow", "threads"},
+}
+
+
+def preset_digest(kind):
+    import hashlib
+    import json
+
+    kept = {k: v for k, v in sorted(PLAN.preset.items()) if k not in _NOT_READ[kind]}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_FINGERPRINTS = {}
+
+
+def run_fingerprint(run):
+    if run not in _FINGERPRINTS:
+        _FINGERPRINTS[run] = rcfg.load_train_config(PRESET_FILE, run).fingerprint()
+    return _FINGERPRINTS[run]
+
+
 def res(kind, key):
     """Resource `key` for jobs of kind `kind`; the preset's `resources` mapping overrides
     plan.DEFAULT_RESOURCES."""
@@ -118,7 +149,7 @@ def run_of(wildcards):
 
 def train_inputs(wildcards):
     task = run_of(wildcards).task
-    inputs = {"preset": PRESET_FILE, "base": base_marker(task), "data": train_data(task)}
+    inputs = {"base": base_marker(task), "data": train_data(task)}
     if task == "countdown":
         inputs.update(COUNTDOWN_VAL)
     return inputs
@@ -146,7 +177,7 @@ def eval_inputs(name, task):
         if name not in PLAN.runs or PLAN.runs[name].task != task:
             raise WorkflowError(f"{name!r} is not a {task} run of preset {P}")
         model = [f"{R}/runs/{name}/final.json"]
-    inputs = {"preset": PRESET_FILE, "model": model}
+    inputs = {"model": model}
     if task == "countdown":
         inputs.update(COUNTDOWN_VAL)
     return inputs
@@ -173,17 +204,17 @@ def need(target):
 
 def figure_inputs(fig):
     need(fig)
-    return {"preset": PRESET_FILE, "runs": [f"{R}/runs/{n}/final.json" for n in PLAN.figure_runs(fig)]}
+    return {"runs": [f"{R}/runs/{n}/final.json" for n in PLAN.figure_runs(fig)]}
 
 
 def table_inputs(table):
     need(table)
     if table == "table_efficiency":
-        return {"preset": PRESET_FILE, "bench": f"{R}/bench.json"}
+        return {"bench": f"{R}/bench.json"}
     evals = []
     for task, runs in PLAN.table_runs(table).items():
         evals += [f"{R}/eval/{name}/{task}.json" for name in ["base"] + runs]
-    return {"preset": PRESET_FILE, "evals": evals}
+    return {"evals": evals}
 
 
 def all_targets():

@@ -4,7 +4,6 @@
 
 rule countdown_data:
     input:
-        preset=PRESET_FILE,
     output:
         train=f"{R}/data/countdown/train.jsonl",
         val=f"{R}/data/countdown/val.jsonl",
@@ -13,6 +12,8 @@ rule countdown_data:
     log:
         f"{R}/logs/data/countdown.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("data"),
         out=lambda wildcards, output: os.path.dirname(output.meta),
     threads: res("data", "threads")
     resources:
@@ -22,7 +23,7 @@ rule countdown_data:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo generate --preset {input.preset} --out {params.out} "
+        "python -m rspo generate --preset {params.preset} --out {params.out} "
         "--workers {threads} > {log} 2>&1"
 
 

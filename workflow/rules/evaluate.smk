@@ -12,6 +12,8 @@ rule evaluate_countdown:
     wildcard_constraints:
         name="[^/]+",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("evaluate"),
         model=lambda wildcards: eval_model(wildcards.name, "countdown"),
         data=lambda wildcards, input: os.path.dirname(input.val),
     threads: res("evaluate", "threads")
@@ -22,7 +24,7 @@ rule evaluate_countdown:
     conda:
         ENV_TORCH
     shell:
-        "python -m rspo evaluate countdown --preset {input.preset} --model {params.model} "
+        "python -m rspo evaluate countdown --preset {params.preset} --model {params.model} "
         "--data {params.data} --out {output} --threads {threads} > {log} 2>&1"
 
 
@@ -37,6 +39,8 @@ rule evaluate_task:
         name="[^/]+",
         task="math|code",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("evaluate"),
         model=lambda wildcards: eval_model(wildcards.name, wildcards.task),
     threads: res("evaluate", "threads")
     resources:
@@ -46,7 +50,7 @@ rule evaluate_task:
     conda:
         ENV_TORCH
     shell:
-        "python -m rspo evaluate {wildcards.task} --preset {input.preset} --model {params.model} "
+        "python -m rspo evaluate {wildcards.task} --preset {params.preset} --model {params.model} "
         "--out {output} --threads {threads} > {log} 2>&1"
 
 
@@ -55,7 +59,6 @@ rule evaluate_task:
 # job runs beside it) and still uses the preset's `resources.bench.threads` torch threads.
 rule bench:
     input:
-        preset=PRESET_FILE,
         base=f"{R}/models/base/pretrain.json",
         data=f"{R}/data/countdown/train.jsonl",
     output:
@@ -63,6 +66,8 @@ rule bench:
     log:
         f"{R}/logs/bench.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("bench"),
         model=lambda wildcards, input: os.path.dirname(input.base),
         data=lambda wildcards, input: os.path.dirname(input.data),
         threads=res("bench", "threads"),
@@ -74,5 +79,5 @@ rule bench:
     conda:
         ENV_TORCH
     shell:
-        "python -m rspo bench --preset {input.preset} --model {params.model} --data {params.data} "
+        "python -m rspo bench --preset {params.preset} --model {params.model} --data {params.data} "
         "--threads {params.threads} --out {output} > {log} 2>&1"

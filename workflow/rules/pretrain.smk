@@ -5,7 +5,6 @@
 
 rule pretrain:
     input:
-        preset=PRESET_FILE,
         data=f"{R}/data/countdown/train.jsonl",
         tokenizer=f"{R}/models/tokenizer/tokenizer.json",
     output:
@@ -13,6 +12,8 @@ rule pretrain:
     log:
         f"{R}/logs/pretrain/base.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("pretrain"),
         data=lambda wildcards, input: os.path.dirname(input.data),
         tokenizer=lambda wildcards, input: os.path.dirname(input.tokenizer),
         out=lambda wildcards, output: os.path.dirname(output[0]),
@@ -24,13 +25,12 @@ rule pretrain:
     conda:
         ENV_TORCH
     shell:
-        "python -m rspo pretrain --preset {input.preset} --data {params.data} "
+        "python -m rspo pretrain --preset {params.preset} --data {params.data} "
         "--tokenizer {params.tokenizer} --out {params.out} --threads {threads} > {log} 2>&1"
 
 
 rule pretrain_task:
     input:
-        preset=PRESET_FILE,
         data=f"{R}/data/{{task}}/train.jsonl",
     output:
         f"{R}/models/base-{{task}}/pretrain.json",
@@ -39,6 +39,8 @@ rule pretrain_task:
     wildcard_constraints:
         task="math|code",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("pretrain"),
         out=lambda wildcards, output: os.path.dirname(output[0]),
     threads: res("pretrain", "threads")
     resources:
@@ -48,5 +50,5 @@ rule pretrain_task:
     conda:
         ENV_TORCH
     shell:
-        "python -m rspo pretrain --preset {input.preset} --task {wildcards.task} --data {input.data} "
+        "python -m rspo pretrain --preset {params.preset} --task {wildcards.task} --data {input.data} "
         "--out {params.out} --threads {threads} > {log} 2>&1"

@@ -14,6 +14,8 @@ rule fig1_reward:
     log:
         f"{R}/logs/report/fig1_reward.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -24,7 +26,7 @@ rule fig1_reward:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig1_reward --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig1_reward --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -38,6 +40,8 @@ rule fig2_reward_large:
     log:
         f"{R}/logs/report/fig2_reward_large.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -48,7 +52,7 @@ rule fig2_reward_large:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig2_reward_large --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig2_reward_large --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -62,6 +66,8 @@ rule fig3_gamma_min:
     log:
         f"{R}/logs/report/fig3_gamma_min.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -72,7 +78,7 @@ rule fig3_gamma_min:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig3_gamma_min --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig3_gamma_min --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -86,6 +92,8 @@ rule fig4_plugin:
     log:
         f"{R}/logs/report/fig4_plugin.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -96,7 +104,7 @@ rule fig4_plugin:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig4_plugin --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig4_plugin --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -110,6 +118,8 @@ rule fig5_stopgrad:
     log:
         f"{R}/logs/report/fig5_stopgrad.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -120,7 +130,7 @@ rule fig5_stopgrad:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig5_stopgrad --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig5_stopgrad --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -134,6 +144,8 @@ rule fig6_mechanism:
     log:
         f"{R}/logs/report/fig6_mechanism.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -144,7 +156,7 @@ rule fig6_mechanism:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig6_mechanism --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig6_mechanism --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -158,6 +170,8 @@ rule fig7_entropy:
     log:
         f"{R}/logs/report/fig7_entropy.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -168,7 +182,7 @@ rule fig7_entropy:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig7_entropy --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig7_entropy --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -182,6 +196,8 @@ rule fig8_routing:
     log:
         f"{R}/logs/report/fig8_routing.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
     threads: res("report", "threads")
@@ -192,7 +208,7 @@ rule fig8_routing:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report figure fig8_routing --preset {input.preset} --runs-dir {params.runs} "
+        "python -m rspo report figure fig8_routing --preset {params.preset} --runs-dir {params.runs} "
         "--out {output.pdf} {params.seeds} > {log} 2>&1"
 
 
@@ -206,6 +222,8 @@ rule table_main:
     log:
         f"{R}/logs/report/table_main.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         evals=f"{R}/eval",
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
@@ -217,7 +235,7 @@ rule table_main:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report table table_main --preset {input.preset} "
+        "python -m rspo report table table_main --preset {params.preset} "
         "--eval-dir {params.evals} --runs-dir {params.runs} {params.seeds} "
         "--out {output.md} > {log} 2>&1"
 
@@ -232,6 +250,8 @@ rule table_countdown:
     log:
         f"{R}/logs/report/table_countdown.log",
     params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
         evals=f"{R}/eval",
         runs=f"{R}/runs",
         seeds=SEEDS_ARG,
@@ -243,7 +263,7 @@ rule table_countdown:
     conda:
         ENV_CPU
     shell:
-        "python -m rspo report table table_countdown --preset {input.preset} "
+        "python -m rspo report table table_countdown --preset {params.preset} "
         "--eval-dir {params.evals} --runs-dir {params.runs} {params.seeds} "
         "--out {output.md} > {log} 2>&1"
 
@@ -264,8 +284,11 @@ rule table_efficiency:
         gpu=0,
     conda:
         ENV_CPU
+    params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("report"),
     shell:
-        "python -m rspo report table table_efficiency --preset {input.preset} "
+        "python -m rspo report table table_efficiency --preset {params.preset} "
         "--bench {input.bench} "
         "--out {output.md} > {log} 2>&1"
 

@@ -16,6 +16,8 @@ rule train:
     wildcard_constraints:
         run="|".join(re.escape(name) for name in PLAN.runs) or "(?!)",
     params:
+        preset=PRESET_FILE,
+        preset_digest=lambda wildcards: run_fingerprint(wildcards.run),
         base=lambda wildcards: train_params(wildcards)["base"],
         data=lambda wildcards: train_params(wildcards)["data"],
         vals=lambda wildcards: train_params(wildcards)["vals"],
@@ -29,5 +31,5 @@ rule train:
     conda:
         ENV_TORCH
     shell:
-        "{params.launcher} -m rspo train --preset {input.preset} --run {wildcards.run} --base-model {params.base} "
+        "{params.launcher} -m rspo train --preset {params.preset} --run {wildcards.run} --base-model {params.base} "
         "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} > {log} 2>&1"
