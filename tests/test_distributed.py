@@ -16,27 +16,16 @@ import pytest
 import torch
 
 from rspo.config import check_world_size, train_config_from_dict
-from rspo.data.countdown import CountdownConfig, generate
 from rspo.distributed import Dist
-from rspo.models import build_model, save_checkpoint
-from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
+from tiny_moe import make_train_assets
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
-ARCH = dict(arch="qwen2_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
-            moe_intermediate_size=32, num_experts=4, top_k=1, norm_topk_prob=False,
-            shared_expert_intermediate_size=0, max_position_embeddings=96)
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist_assets")
-    generate(CountdownConfig(num_numbers=3, max_number=20, min_target=10, max_target=40, train_size=64,
-                             val_size=8, val_target_size=8, seed=1), root / "data")
-    tok = build_tokenizer()
-    save_checkpoint(build_model(ARCH, tok, seed=0), tok, root / "base",
-                    meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
-    return root
+    return make_train_assets(tmp_path_factory.mktemp("dist_assets"))
 
 
 def _env(**extra):

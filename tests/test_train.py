@@ -10,26 +10,13 @@ import pytest
 import torch
 
 from rspo.config import TrainConfig, train_config_from_dict
-from rspo.data.countdown import CountdownConfig, generate
-from rspo.models import build_model, save_checkpoint
 from rspo.tasks import Task, get_task
-from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
 from rspo.train.trainer import RunFolderMismatch, TooManyNonFinite, Trainer
-
-ARCH = dict(arch="qwen2_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
-            moe_intermediate_size=32, num_experts=4, top_k=1, norm_topk_prob=False,
-            shared_expert_intermediate_size=0, max_position_embeddings=96)
-
+from tiny_moe import make_train_assets
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train_assets")
-    generate(CountdownConfig(num_numbers=3, max_number=20, min_target=10, max_target=40, train_size=64,
-                             val_size=8, val_target_size=8, seed=1), root / "data")
-    tok = build_tokenizer()
-    model = build_model(ARCH, tok, seed=0)
-    save_checkpoint(model, tok, root / "base", meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
-    return root
+    return make_train_assets(tmp_path_factory.mktemp("train_assets"))
 
 
 def digit_task() -> Task:

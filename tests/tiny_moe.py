@@ -103,3 +103,24 @@ def make_tiny_moe(
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return model.eval()
+
+
+# A tiny Countdown RL setting on disk: 64 training problems and a random-init Qwen2-MoE base
+# checkpoint with the project tokenizer (tests of the trainer and of data-parallel training).
+TRAIN_ARCH = dict(arch="qwen2_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
+                  moe_intermediate_size=32, num_experts=4, top_k=1, norm_topk_prob=False,
+                  shared_expert_intermediate_size=0, max_position_embeddings=96)
+
+
+def make_train_assets(root):
+    """root/data/{train,val,val_target}.jsonl and root/base (HF checkpoint + rspo_meta.json)."""
+    from rspo.data.countdown import CountdownConfig, generate
+    from rspo.models import build_model, save_checkpoint
+    from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
+
+    generate(CountdownConfig(num_numbers=3, max_number=20, min_target=10, max_target=40, train_size=64,
+                             val_size=8, val_target_size=8, seed=1), root / "data")
+    tok = build_tokenizer()
+    save_checkpoint(build_model(TRAIN_ARCH, tok, seed=0), tok, root / "base",
+                    meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
+    return root
