@@ -154,12 +154,6 @@ def shard_model(model: torch.nn.Module, d: Dist, device: torch.device) -> torch.
     return model
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 def full_tensor(t: torch.Tensor) -> torch.Tensor:
     """A DTensor's global value (collective: all ranks must call it); a plain tensor unchanged."""
     from torch.distributed.tensor import DTensor

@@ -28,9 +28,9 @@ token rows and scores are all-gathered into the same padded batch a single proce
 each mini-batch is split into equal contiguous row shares, every rank runs the old pass and the
 updates on its share with the same micro-batch size, and FSDP2 averages the gradients (each
 micro-batch loss is scaled by its share of the global mini-batch times the world size, so the
-average is the single-process gradient). Old log-probs, the
-router cache and the per-micro-batch metrics are gathered, so every rank logs the same numbers
-and rank 0 writes them. Checkpoints hold full (unsharded) state dicts, so a run resumes with
+average is the single-process gradient). Old log-probs, the router cache and the
+per-micro-batch metrics are gathered, so every rank logs the same numbers and rank 0 writes
+them. Checkpoints hold full (unsharded) state dicts, so a run resumes with
 any number of processes. prompts_per_step and the rows of a mini-batch (mini_batch_prompts x
 group_size) must divide by the world size; for equality with a single process, the micro-batch
 size should divide the per-rank rows of a mini-batch, so both runs see the same micro-batches.
@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from rspo.config import ConfigError, TrainConfig, check_world_size
+from rspo.config import TrainConfig, check_world_size
 from rspo.distributed import (
     Dist,
     full_state_dicts,
