@@ -58,12 +58,17 @@ class RolloutBackend(Protocol):
         """Make the engine sample from the training model's current weights."""
 
 
-def row_seed(seed: int, row: int) -> int:
-    """Seed of one response row's sampling stream (31 bits)."""
+def derive_seed(*parts: int) -> int:
+    """Deterministic 31-bit seed from (seed, step, index, ...) (FNV-1a style)."""
     h = 1469598103934665603
-    for p in (seed, row, 0x5EED):
+    for p in parts:
         h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 64)
     return h % (1 << 31)
+
+
+def row_seed(seed: int, row: int) -> int:
+    """Seed of one response row's sampling stream (31 bits)."""
+    return derive_seed(seed, row, 0x5EED)
 
 
 def pack_rows(prompt_rows: list[list[int]], response_rows: list[list[int]], tokenizer,

@@ -81,7 +81,7 @@ from rspo.models import (
     set_threads,
 )
 from rspo.rollout import RolloutBatch, make_backend
-from rspo.rollout.base import pack_rows
+from rspo.rollout.base import derive_seed, pack_rows
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
@@ -94,14 +94,6 @@ from rspo.tasks import Task, generate_and_score, get_task, load_records
 from rspo.train.collapse import CollapseDetector
 
 CKPT_DIR = "checkpoints"
-
-
-def derive_seed(*parts: int) -> int:
-    """Deterministic 31-bit seed from (seed, step, index, ...)."""
-    h = 1469598103934665603
-    for p in parts:
-        h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 64)
-    return h % (1 << 31)
 
 
 class RunFolderMismatch(RuntimeError):
