@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rspo.rollout.base import pack_rows, response_mask_from_ids, row_seed
+from rspo.rollout.base import pack_rows, response_mask_from_ids, stop_token_ids
+from rspo.seeding import row_seed
 from rspo.rollout.hf import HFBackend, _nucleus
 from rspo.rollout.vllm import VLLMBackend
 from rspo.tokenizer import build_tokenizer
@@ -158,10 +159,6 @@ def test_hf_sampling_follows_the_model_distribution(tiny):
     assert torch.isfinite(nucleus[batch.response_ids[:, 0]]).all()
 
 
-def test_row_seeds_differ_per_row_and_seed():
-    seeds = {row_seed(s, r) for s in range(5) for r in range(200)}
-    assert len(seeds) == 1000 and all(0 <= x < 2**31 for x in seeds)
-
 
 def test_vllm_backend_with_a_fake_engine(tiny):
     model, tok = tiny
@@ -194,3 +191,37 @@ def test_vllm_without_the_extra_is_a_clear_error(tiny):
         pass
     with pytest.raises(ImportError, match="gpu"):
         VLLMBackend(model, tok, model_path="x")
+
+
+def test_a_special_token_ends_the_response(tiny):
+    """A response that draws a special token other than EOS (here <unk>, forced at the third
+    position) ends there: the token is its last masked one and nothing after it is decoded."""
+    model, tok = tiny
+    unk = tok.unk_token_id
+    assert unk is not None and unk != tok.eos_token_id
+    calls = {"n": 0}
+
+    def force_unk(module, args, output):
+        calls["n"] += 1
+        if calls["n"] == 3:  # prefill, then two decoding steps: the third token
+            output = output.clone()
+            output[..., unk] = 1e4
+        return output
+
+    handle = model.lm_head.register_forward_hook(force_unk)
+    try:
+        batch = HFBackend(model, tok).generate(PROMPTS[:2], 2, temperature=1.0, max_new_tokens=8, seed=3)
+    finally:
+        handle.remove()
+    lengths = batch.response_mask.sum(1)
+    ended_on_eos = batch.response_ids[torch.arange(4), (lengths - 1).long()] == tok.eos_token_id
+    assert torch.all((lengths == 3) | ((lengths < 3) & ended_on_eos))
+    for i in range(4):
+        if lengths[i] == 3:
+            assert batch.response_ids[i, 2] == unk
+            assert torch.all(batch.response_ids[i, 3:] == tok.pad_token_id)
+            assert batch.responses[i] == tok.decode(batch.response_ids[i, :2], skip_special_tokens=True)
+    # the same rule in the shared layout builder
+    assert unk in stop_token_ids(tok) and tok.eos_token_id in stop_token_ids(tok)
+    packed = pack_rows([[5, 6]], [[7, unk, 8, 9]], tok)
+    assert packed.response_mask.tolist() == [[1.0, 1.0, 0.0, 0.0]]

@@ -1,9 +1,9 @@
-"""Rollout interface, the shared batch layout, and the evaluation generator factory."""
+"""Rollout interface and the shared batch layout (backend selection lives in ``rspo.rollout``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -58,19 +58,6 @@ class RolloutBackend(Protocol):
         """Make the engine sample from the training model's current weights."""
 
 
-def derive_seed(*parts: int) -> int:
-    """Deterministic 31-bit seed from (seed, step, index, ...) (FNV-1a style)."""
-    h = 1469598103934665603
-    for p in parts:
-        h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 64)
-    return h % (1 << 31)
-
-
-def row_seed(seed: int, row: int) -> int:
-    """Seed of one response row's sampling stream (31 bits)."""
-    return derive_seed(seed, row, 0x5EED)
-
-
 def pack_rows(prompt_rows: list[list[int]], response_rows: list[list[int]], tokenizer,
               texts: list[str] | None = None, device: torch.device | str = "cpu") -> RolloutBatch:
     """The canonical batch layout from token lists: prompts left-padded to the longest prompt,
@@ -92,7 +79,7 @@ def pack_rows(prompt_rows: list[list[int]], response_rows: list[list[int]], toke
     response_ids = ids[:, P:]
     lengths = torch.tensor([len(r) for r in response_rows])
     within = torch.arange(R)[None, :] < lengths[:, None]
-    response_mask = response_mask_from_ids(response_ids, tokenizer.eos_token_id) * within.float()
+    response_mask = response_mask_from_ids(response_ids, stop_token_ids(tokenizer)) * within.float()
     attn[:, P:] = response_mask.long()
     ids[:, P:] = torch.where(response_mask.bool(), response_ids, torch.full_like(response_ids, pad))
     if texts is None:
@@ -100,8 +87,24 @@ def pack_rows(prompt_rows: list[list[int]], response_rows: list[list[int]], toke
     return RolloutBatch(ids.to(device), attn.to(device), P, response_mask.to(device), list(texts))
 
 
+def stop_token_ids(tokenizer) -> list[int]:
+    """Token ids that end a response: EOS and every other special token (pad, bos, unk, ...).
+
+    Special tokens are skipped when a response is decoded for the verifier, so a response that
+    drew one and went on would be graded on text that differs from the tokens it is trained on;
+    ending the response at the special token keeps the two the same.
+    """
+    eos = tokenizer.eos_token_id
+    ids = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+    for i in tokenizer.all_special_ids:
+        if i not in ids:
+            ids.append(i)
+    return ids
+
+
 def response_mask_from_ids(response_ids: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
-    """1 for tokens up to and including the first EOS; all ones if there is none.  (B, R) -> (B, R)"""
+    """1 for tokens up to and including the first stop token (``eos_token_id``: one id or a list);
+    all ones if there is none.  (B, R) -> (B, R)"""
     if eos_token_id is None:
         return torch.ones_like(response_ids, dtype=torch.float32)
     eos_ids = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
@@ -109,41 +112,3 @@ def response_mask_from_ids(response_ids: torch.Tensor, eos_token_id: int | list[
     # tokens strictly after the first EOS are masked: cumulative count of EOS before position t
     before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
     return (before == 0).float()
-
-
-def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
-    if name == "hf":
-        from rspo.rollout.hf import HFBackend
-
-        return HFBackend(model, tokenizer, **kwargs)
-    if name == "vllm":
-        from rspo.rollout.vllm import VLLMBackend
-
-        return VLLMBackend(model, tokenizer, **kwargs)
-    raise ValueError(f"rollout.backend: unknown backend {name!r}; choose hf or vllm")
-
-
-def load_generator(model_dir: str, backend: str = "hf", *, max_new_tokens: int = 512, top_p: float = 1.0,
-                   dtype: str = "float32", device: str = "auto", batch_size: int = 64,
-                   seed: int = 0) -> Callable[[list[str], int, float], list[list[str]]]:
-    """A ``generate_fn(prompts, n, temperature) -> list[list[str]]`` for evaluation suites."""
-    from rspo.models import load_model, load_tokenizer_checked
-
-    tokenizer = load_tokenizer_checked(model_dir)
-    model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
-    engine = make_backend(backend, model, tokenizer, model_path=model_dir) if backend == "vllm" else make_backend(
-        "hf", model, tokenizer)
-    calls = {"k": 0}
-
-    def generate_fn(prompts: list[str], n: int = 1, temperature: float = 0.0) -> list[list[str]]:
-        out: list[list[str]] = []
-        for start in range(0, len(prompts), max(1, batch_size // max(n, 1))):
-            chunk = prompts[start : start + max(1, batch_size // max(n, 1))]
-            calls["k"] += 1
-            batch = engine.generate(chunk, n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                                    seed=seed * 1_000_003 + calls["k"])
-            for i in range(len(chunk)):
-                out.append(batch.responses[i * n : (i + 1) * n])
-        return out
-
-    return generate_fn

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from rspo.rollout.base import RolloutBatch, pack_rows, row_seed
+from rspo.rollout.base import RolloutBatch, pack_rows, stop_token_ids
+from rspo.seeding import row_seed
 
 
 def _import_vllm():
@@ -45,6 +46,7 @@ class VLLMBackend:
                  sampling_params_cls=None, **_: object) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.stop_ids = stop_token_ids(tokenizer)  # a response ends at EOS or any other special token
         if engine is None:
             LLM, sampling_params_cls = _import_vllm()
             engine = LLM(model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
@@ -86,7 +88,8 @@ class VLLMBackend:
         if not prompts:
             raise ValueError("prompts: empty")
         params = [self.sampling_params_cls(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                           max_tokens=max_new_tokens, seed=row_seed(seed, row_offset + i * n))
+                                           max_tokens=max_new_tokens, seed=row_seed(seed, row_offset + i * n),
+                                           stop_token_ids=self.stop_ids)
                   for i in range(len(prompts))]
         outputs = self.engine.generate(prompts, params, use_tqdm=False)
         prompt_rows: list[list[int]] = []
