@@ -318,6 +318,16 @@ class RouterCapture:
         """Top-K expert indices the MoE blocks used, per MoE layer, (N, K) int64."""
         return self._joined(self._indices)
 
+    @property
+    def logits_per_call(self) -> list[list[Tensor]]:
+        """Per MoE layer, the logits of each recorded forward separately, in call order."""
+        return [list(calls) for calls in self._logits]
+
+    @property
+    def indices_per_call(self) -> list[list[Tensor]]:
+        """Per MoE layer, the expert indices of each recorded forward separately, in call order."""
+        return [list(calls) for calls in self._indices]
+
 
 @contextlib.contextmanager
 def capture_router_logits(model: nn.Module, *, detach: bool = False, raw: bool = False
@@ -550,6 +560,45 @@ class OldRouterCache:
 
         return OldRouterCache(indices=sel(self.indices), logp=sel(self.logp),
                               num_experts=self.num_experts, logits=sel(self.logits))
+
+    @classmethod
+    def zeros(cls, num_layers: int, batch_shape: tuple[int, int], top_k: int, num_experts: int, *,
+              logp_dtype: torch.dtype = torch.float16, keep_logits: bool = False,
+              device: torch.device | str = "cpu") -> "OldRouterCache":
+        """An all-zero cache of the given shape, filled row by row with ``assign``."""
+        B, T = batch_shape
+        shape = (num_layers, B, T, top_k)
+        return cls(indices=torch.zeros(shape, dtype=_index_dtype(num_experts), device=device),
+                   logp=torch.zeros(shape, dtype=logp_dtype, device=device), num_experts=num_experts,
+                   logits=torch.zeros((num_layers, B, T, num_experts), device=device) if keep_logits else None)
+
+    def assign(self, rows: Tensor, part: "OldRouterCache") -> None:
+        """Write ``part`` (the cache of ``rows``, same T) into these rows, in place."""
+        if part.batch_shape != (len(rows), self.batch_shape[1]) or (part.logits is None) != (self.logits is None):
+            raise ValueError(f"cannot assign a cache of shape {part.batch_shape} to {len(rows)} rows of width "
+                             f"{self.batch_shape[1]}")
+        rows = rows.to(self.device)
+        self.indices[:, rows] = part.indices.to(self.device)
+        self.logp[:, rows] = part.logp.to(self.device)
+        if self.logits is not None:
+            self.logits[:, rows] = part.logits.to(self.device)
+
+    def pad_columns(self, start: int, width: int) -> "OldRouterCache":
+        """The cache placed at columns [start, start + T) of a zero cache T' = ``width`` wide, for
+        micro-batches forwarded on a trimmed column window of the batch layout."""
+        L, (B, T) = self.num_layers, self.batch_shape
+        if start < 0 or start + T > width:
+            raise ValueError(f"columns [{start}, {start + T}) do not fit in width {width}")
+
+        def pad(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
+            out = t.new_zeros((L, B, width, t.shape[-1]))
+            out[:, :, start : start + T] = t
+            return out
+
+        return OldRouterCache(indices=pad(self.indices), logp=pad(self.logp), num_experts=self.num_experts,
+                              logits=pad(self.logits))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "OldRouterCache":
         """The cache on ``device`` (dtypes unchanged)."""

@@ -1,0 +1,120 @@
+"""The policy forward of the old pass and the updates: log-probs of the response tokens, their
+entropy, and the router logits / experts of every position, with each prompt computed once per
+group of responses.
+
+Rows of the batch layout are LEFT-padded prompts of width P followed by RIGHT-padded responses;
+the G responses of a prompt share the prompt tokens. A causal model's hidden states at prompt
+positions do not depend on the response, so ``policy_forward`` runs the prompt once per group
+(``use_cache=True``), repeats its KV cache for the group's rows (a differentiable gather: in the
+backward pass the G rows' gradients flowing into the prompt add up, as they do when the prompt
+is computed G times) and runs the responses on top of it. The result is the single full forward's
+(up to float rounding from the different batch shapes); on Countdown it skips about a third of
+the tokens an update would otherwise process (prompts ~10 tokens, responses ~17). The old pass
+and the update forward go through the same code on the same rows, so the on-policy update still
+reproduces the old pass bit for bit.
+
+``share_prompts=False`` is the plain single forward. The trainer uses it with gradient
+checkpointing, where the backward recomputes each forward and the routing hooks must span the
+recomputation (``rspo.router.routing_control`` takes one cache per forward).
+
+Window: columns [lo, hi) of the layout (``window``) hold every token of the rows; the padding
+columns outside are not forwarded (masked padding and causal attention make the trimmed forward
+compute the same values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from rspo.models import position_ids_from_mask, response_logprobs
+from rspo.router import OldRouterCache, RoutingMode, capture_router_logits, routing_control
+
+
+@dataclass
+class PolicyOutputs:
+    logp: torch.Tensor
+    """(b, r) log-probs of the response tokens under softmax(logits / temperature)."""
+    entropy: torch.Tensor | None
+    """(b, r) entropy of that distribution, if asked for."""
+    router_logits: list[torch.Tensor] | None
+    """Per MoE layer, (b * w, E) router logits of every position of the window (w = hi - lo),
+    rows in (row, position) order, with their graph; None without ``capture``."""
+    router_indices: list[torch.Tensor] | None
+    """Per MoE layer, (b * w, K) experts the forward used at those positions."""
+
+
+def window(attention_mask: torch.Tensor, response_mask: torch.Tensor, prompt_width: int) -> tuple[int, int]:
+    """Columns [lo, hi) that hold a token of these rows: from the first prompt column that is not
+    padding in every row to the end of the longest response.  (b, P + R), (b, R) -> (lo, hi)"""
+    P = prompt_width
+    cols = attention_mask[:, :P].any(dim=0)  # (P,)
+    lo = int(cols.float().argmax()) if bool(cols.any()) else P - 1
+    return lo, P + max(1, int(response_mask.sum(dim=1).max()))
+
+
+@contextlib.contextmanager
+def policy_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor,
+                   prompt_width: int, groups: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False,
+                   capture: bool = False, routing: RoutingMode = RoutingMode.NONE,
+                   cache: OldRouterCache | None = None, share_prompts: bool = True
+                   ) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
+    """Forward b rows of the batch layout; a context manager that yields (outputs on the window's
+    response part, (lo, hi)). Call ``backward()`` inside the block: with ``share_prompts=False``
+    the routing hooks stay in place for a gradient-checkpointing recomputation.
+
+    input_ids, attention_mask: (b, P + R) rows of the layout; response_mask: (b, R); groups: (b,)
+    the prompt each row answers (rows with equal ids have equal prompt tokens). ``cache``: the
+    old router cache of these rows over the full layout width (replay modes only). Outputs cover
+    the response columns P..hi of the window: logp and entropy are (b, hi - P).
+    """
+    P = prompt_width
+    lo, hi = window(attention_mask, response_mask, P)
+    ids, attn = input_ids[:, lo:hi], attention_mask[:, lo:hi]
+    replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY)
+    win_cache = cache[:, lo:hi] if replay else None
+    if not share_prompts:
+        with routing_control(model, routing, win_cache):
+            with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
+                out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                            use_cache=False)
+            logp, ent = response_logprobs(out.logits, ids, P - lo, with_entropy, temperature)
+            yield PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None), (lo, hi)
+        return
+    from transformers import DynamicCache
+
+    b, p = ids.shape[0], P - lo
+    uniq, inverse = torch.unique(groups, sorted=False, return_inverse=True)  # inverse: (b,) row -> group slot
+    first = torch.empty(len(uniq), dtype=torch.long, device=ids.device)
+    first[inverse.flip(0)] = torch.arange(b - 1, -1, -1, device=ids.device)  # each group's first row
+    p_ids, p_attn = ids[first, :p], attn[first, :p]  # (u, p)
+    with contextlib.ExitStack() as stack:
+        cap = stack.enter_context(capture_router_logits(model, raw=True)) if capture else None
+        kv = DynamicCache(config=model.config)
+        with routing_control(model, routing, win_cache[first, :p] if replay else None):
+            out_p = model(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids_from_mask(p_attn),
+                          past_key_values=kv, use_cache=True, logits_to_keep=1)
+        kv = out_p.past_key_values
+        kv.batch_select_indices(inverse)  # (u, ...) -> (b, ...): a differentiable gather
+        pos = position_ids_from_mask(attn)[:, p:]
+        with routing_control(model, routing, win_cache[:, p:] if replay else None):
+            out_r = model(input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv,
+                          use_cache=True)
+    # the prompt's last position predicts the first response token, response positions the others
+    logits = torch.cat([out_p.logits[inverse], out_r.logits], dim=1)  # (b, 1 + r, V)
+    logp, ent = response_logprobs(logits, ids[:, p - 1 :], 1, with_entropy, temperature)  # (b, r)
+    router_logits = router_indices = None
+    if capture:
+        def rows(prompt_part: torch.Tensor, resp_part: torch.Tensor) -> torch.Tensor:
+            d = prompt_part.shape[-1]
+            full = torch.cat([prompt_part.view(len(uniq), p, d)[inverse], resp_part.view(b, hi - P, d)], dim=1)
+            return full.reshape(b * (hi - lo), d)  # (b * w, d)
+
+        if cap.num_calls != 2:
+            raise RuntimeError(f"expected one router call per layer and forward, got {cap.num_calls}")
+        router_logits = [rows(*calls) for calls in cap.logits_per_call]
+        router_indices = [rows(*calls) for calls in cap.indices_per_call]
+    yield PolicyOutputs(logp, ent, router_logits, router_indices), (lo, hi)
