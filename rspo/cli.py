@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "prepare": "rspo.data.cli:main",
     "report": "rspo.report.cli:main",
     "bench": "rspo.bench:main",
+    "speed": "rspo.speed:main",
     "mlflow-init": "rspo.tracking:init_main",
 }
 
@@ -34,6 +35,7 @@ commands:
   prepare      prepare math / code training data (DeepScaleR, code mix)
   report       build a paper table or figure from run outputs
   bench        throughput / memory benchmark (prints a table + one JSON line)
+  speed        RL step vs TRL's GRPOTrainer, plain training and generate (needs the bench extra)
   mlflow-init  create the MLflow store and experiment once, before jobs start
 
 `python -m rspo <command> --help` describes a command's arguments.

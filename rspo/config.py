@@ -95,7 +95,12 @@ class RolloutConfig:
     group_size: int = 8
     """G responses per prompt (paper Appendix A: G = 8)."""
     temperature: float = 1.0
+    """Sampling temperature; the old pass and the updates score log-probs of the same
+    temperature-scaled distribution (logits / temperature), so importance ratios compare the
+    distribution that was sampled."""
     top_p: float = 1.0
+    """Must be 1 for training: a truncated (top-p) sampler would need its truncation applied to
+    every scored log-prob too; validation and evaluation decode separately."""
     max_new_tokens: int = 64
     """Response length cap (paper: 8K tokens; CPU presets use far less)."""
     val_temperature: float = 0.0
@@ -110,8 +115,10 @@ class RolloutConfig:
             raise _err(f"{prefix}.group_size", f"must be >= 2 (group-normalised advantages), got {self.group_size}")
         if self.temperature <= 0:
             raise _err(f"{prefix}.temperature", f"must be > 0 for sampling, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise _err(f"{prefix}.top_p", f"must lie in (0, 1], got {self.top_p}")
+        if self.top_p != 1.0:
+            raise _err(f"{prefix}.top_p", f"must be 1.0 for RL training, got {self.top_p}: the old pass and the "
+                       "updates score the full temperature-scaled distribution, so a top-p sampler would make "
+                       "every importance ratio compare another distribution than the one sampled")
         if self.max_new_tokens < 1:
             raise _err(f"{prefix}.max_new_tokens", "must be >= 1")
         if self.val_temperature < 0:

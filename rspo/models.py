@@ -203,9 +203,13 @@ def response_logprobs(
     input_ids: torch.Tensor,
     prompt_width: int,
     with_entropy: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of the response tokens from a forward's logits.  (B, P+R, V) -> (B, R) [, entropy (B, R)]"""
+    """Log-probs of the response tokens under softmax(logits / temperature), the distribution the
+    rollout sampled from.  (B, P+R, V) -> (B, R) [, entropy (B, R)]"""
     logits = response_slice(logits, prompt_width).float()  # (B, R, V)
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = input_ids[:, prompt_width:]  # (B, R)
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, R)

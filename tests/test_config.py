@@ -131,3 +131,10 @@ def test_override_values_are_yaml_and_scientific_floats():
     assert parse_override("algorithm.router_shift=true") == ("algorithm.router_shift", True)
     assert parse_override("rollout.backend=vllm") == ("rollout.backend", "vllm")
     assert parse_override("data.val_paths={}") == ("data.val_paths", {})
+
+
+def test_top_p_below_one_is_refused_for_training():
+    from rspo.config import ConfigError, train_config_from_dict
+
+    with pytest.raises(ConfigError, match="rl.rollout.top_p: must be 1.0"):
+        train_config_from_dict({"rollout": {"top_p": 0.9}})

@@ -222,3 +222,57 @@ def test_the_trainer_learns_a_dense_reward(assets, tmp_path, algo):
     scores = [r["critic/score/mean"] for r in read_metrics(tmp_path / "run") if "critic/score/mean" in r]
     first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
     assert first < 0.2 and last > first + 0.4, (algo, [round(s, 3) for s in scores])
+
+
+def test_onpolicy_shortcut_equals_a_separate_old_pass(assets, tmp_path):
+    """The first mini-batch recording its own old values gives the step a separate no-grad old
+    pass gives (metrics and weights), for plain and RS runs."""
+    for algo in (dict(algo="grpo"), dict(algo="gmpo", router_shift=True)):
+        cfg = make_cfg(assets, **algo)
+        runs = []
+        for shortcut in (True, False):
+            tr = Trainer(cfg, tmp_path / f"{shortcut}-{algo['algo']}", task=digit_task())
+            assert tr.onpolicy_shortcut  # one process, routing none, no dropout
+            tr.onpolicy_shortcut = shortcut
+            metrics = [tr.train_step() for tr.step in range(2)]
+            runs.append((metrics, {k: v.detach().clone() for k, v in tr.model.state_dict().items()}))
+        (ma, wa), (mb, wb) = runs
+        for ra, rb in zip(ma, mb):
+            for k in ra:
+                if not k.startswith("perf/"):
+                    assert ra[k] == pytest.approx(rb[k], rel=1e-5, abs=1e-7), k
+        for k in wa:
+            torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
+
+
+def test_model_mode_per_phase_and_special_stops(assets, tmp_path):
+    """Rollouts and the old pass run in eval mode, the updates in train mode; every response that
+    ended on a special token other than EOS is counted."""
+    cfg = make_cfg(assets, algo="gmpo")
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task())
+    tr.onpolicy_shortcut = False
+    seen = []
+    handle = tr.model.register_forward_pre_hook(lambda mod, args, kw: seen.append(mod.training), with_kwargs=True)
+    calls = {}
+    real_generate, real_old = tr.backend.generate, tr._old_pass
+
+    def generate(*a, **kw):
+        calls["rollout"] = len(seen)
+        return real_generate(*a, **kw)
+
+    def old_pass(*a, **kw):
+        calls["old"] = len(seen)
+        out = real_old(*a, **kw)
+        calls["update"] = len(seen)
+        return out
+
+    tr.backend.generate, tr._old_pass = generate, old_pass
+    metrics = tr.train_step()
+    handle.remove()
+    assert not any(seen[calls["rollout"] : calls["update"]])  # rollout and old pass
+    assert seen[calls["update"] :] and all(seen[calls["update"] :])  # updates
+    assert not tr.model.training
+    batch = tr.last_batch
+    special = {tr.tokenizer.pad_token_id, tr.tokenizer.bos_token_id, tr.tokenizer.unk_token_id}
+    ends = [batch.response_ids[i, int(batch.response_mask[i].sum()) - 1].item() for i in range(len(batch.responses))]
+    assert metrics["response/special_stop_frac"] == pytest.approx(sum(e in special for e in ends) / len(ends))

@@ -43,15 +43,11 @@ Deviations / choices the paper leaves open:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
 import random
 import shutil
 import time
 from collections import defaultdict
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -72,28 +68,35 @@ from rspo.models import (
     load_balancing_loss,
     load_model,
     load_tokenizer_checked,
-    position_ids_from_mask,
     read_meta,
     resolve_device,
-    response_logprobs,
     response_slice,
     save_checkpoint,
     set_threads,
 )
 from rspo.rollout import RolloutBatch, make_backend
-from rspo.rollout.base import derive_seed, pack_rows
+from rspo.rollout.base import pack_rows, stop_token_ids
+from rspo.seeding import derive_seed
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
-    capture_router_logits,
     router_shift,
     router_spec,
-    routing_control,
 )
 from rspo.tasks import Task, generate_and_score, get_task, load_records
 from rspo.train.collapse import CollapseDetector
+from rspo.train.forward import policy_forward
 
 CKPT_DIR = "checkpoints"
+
+
+def _stochastic(model: torch.nn.Module) -> bool:
+    """Whether a forward in train mode can differ from eval mode (dropout, router jitter)."""
+    c = model.config
+    if any(float(getattr(c, k, 0.0) or 0.0) > 0 for k in ("attention_dropout", "hidden_dropout", "dropout",
+                                                          "router_jitter_noise", "resid_pdrop", "embd_pdrop")):
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
 class RunFolderMismatch(RuntimeError):
@@ -136,9 +139,19 @@ class Trainer:
         self.routing = RoutingMode(cfg.algorithm.routing)
         self.use_router_cache = (cfg.algorithm.router_shift or self.routing in (RoutingMode.LOGIT_REPLAY,
                                  RoutingMode.INDEX_REPLAY) or cfg.tracking.router_diagnostics)
+        # The first mini-batch of a step is on-policy: its update forward IS the old forward, so it
+        # records the old values itself instead of a separate no-grad pass. Only where that forward
+        # equals the old pass exactly: one process (the old pass's cross-rank reduction is not
+        # repeated for those rows), routing none/freeze (replay modes need the cache before the
+        # forward), and a model without stochastic layers (train mode == eval mode).
+        self.onpolicy_shortcut = (not self.dist.enabled and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE)
+                                  and not _stochastic(self.model))
+        self.model.eval()
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+                                           foreach=not self.dist.enabled)  # FSDP: DTensors beside plain
+                                                                           # zero-size params
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda u: min(1.0, (u + 1) / o.warmup_steps) if o.warmup_steps else 1.0)
         # under FSDP every decoding forward is a collective: ranks stop together
@@ -155,6 +168,7 @@ class Trainer:
         self.metrics_path = self.out / "metrics.jsonl"
         self._perm: tuple[int, list[int]] = (-1, [])
         self._last_logged: dict[str, float] = {}
+        self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
 
     def _drop_long(self, records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
@@ -325,103 +339,137 @@ class Trainer:
         size = self.cfg.schedule.micro_batch_size or len(rows)
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
-    def _forward_inputs(self, batch: RolloutBatch, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        ids = batch.input_ids[rows]
-        attn = batch.attention_mask[rows]
-        return {"input_ids": ids, "attention_mask": attn, "position_ids": position_ids_from_mask(attn),
-                "use_cache": False}
+    def _forward(self, batch: RolloutBatch, rows: torch.Tensor, *, with_entropy: bool, capture: bool,
+                 update: bool, cache: OldRouterCache | None = None):
+        """``policy_forward`` of these rows (prompts shared per group, see rspo.train.forward); the
+        routing mode applies to update forwards only."""
+        return policy_forward(
+            self.model, batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows],
+            batch.prompt_width, rows // self.cfg.rollout.group_size, temperature=self.cfg.rollout.temperature,
+            with_entropy=with_entropy, capture=capture, routing=self.routing if update else RoutingMode.NONE,
+            cache=cache[rows] if cache is not None else None,
+            share_prompts=not self.cfg.model.gradient_checkpointing)
+
+    def _new_cache(self, batch: RolloutBatch) -> OldRouterCache | None:
+        if not self.use_router_cache:
+            return None
+        return OldRouterCache.zeros(self.spec.num_moe_layers, tuple(batch.input_ids.shape), self.spec.top_k,
+                                    self.spec.num_experts, keep_logits=self.routing is RoutingMode.LOGIT_REPLAY,
+                                    device=self.device)
 
     @torch.no_grad()
     def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor]):
-        """Old log-probs, entropy and router cache on the same micro-batches the updates use."""
-        from rspo.router import forward_with_router_cache
+        """Old log-probs, entropy and router cache on the same micro-batches the updates use.
 
-        B = batch.input_ids.shape[0]
+        Rows of mini-batches not in ``order`` (the on-policy first mini-batch, when the update
+        records its own old values) stay zero until ``_update_micro`` fills them.
+        """
+        B, T = batch.input_ids.shape
         P = batch.prompt_width
         R = batch.response_mask.shape[1]
         old_logp = torch.zeros(B, R, device=self.device)
         entropy = torch.zeros(B, R, device=self.device)
-        caches, rows_all = [], []
-        keep_logits = self.routing is RoutingMode.LOGIT_REPLAY
+        cache = self._new_cache(batch)
+        self.model.eval()
         for mb in order:
             for rows in self._micro_batches(self._local_rows(mb)):
-                if self.use_router_cache:
-                    out, cache = forward_with_router_cache(self.model, keep_logits=keep_logits,
-                                                           **self._forward_inputs(batch, rows))
-                    caches.append(cache)
-                else:
-                    out = self.model(**self._forward_inputs(batch, rows))
-                lp, ent = response_logprobs(out.logits, batch.input_ids[rows], P, True)
-                old_logp[rows] = lp
-                entropy[rows] = ent
-                rows_all.append(rows)
-        rows_cat = torch.cat(rows_all)
+                with self._forward(batch, rows, with_entropy=True, capture=cache is not None,
+                                   update=False) as (out, (lo, hi)):
+                    if cache is not None:
+                        self._record_cache(cache, rows, out, lo, hi, T)
+                    old_logp[rows, : hi - P] = out.logp
+                    entropy[rows, : hi - P] = out.entropy
         if self.dist.enabled:  # each row was computed by one rank and is zero elsewhere: sums are exact
             self.dist.all_reduce_sum_(old_logp)
             self.dist.all_reduce_sum_(entropy)
-        if not caches:
-            return old_logp, entropy, None
-        cache = OldRouterCache.cat(caches)
-        if self.dist.enabled:
-            g = self.dist.all_gather_cat
-            cache = OldRouterCache(indices=g(cache.indices, 1), logp=g(cache.logp, 1), num_experts=cache.num_experts,
-                                   logits=None if cache.logits is None else g(cache.logits, 1))
-            rows_cat = g(rows_cat)
-        # reorder the cache rows back to batch order
-        inv = torch.empty(B, dtype=torch.long)
-        inv[rows_cat] = torch.arange(B)
-        return old_logp, entropy, cache[inv]
+            if cache is not None:
+                for t in (cache.indices, cache.logp, cache.logits):
+                    if t is not None:
+                        self.dist.all_reduce_sum_(t)
+        return old_logp, entropy, cache
 
-    def _update_micro(self, batch, rows, old_logp, adv, cache, n_valid_mb) -> dict[str, float]:
+    def _record_cache(self, cache: OldRouterCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
+        """The old router cache of ``rows`` from a forward's detached router logits and experts."""
+        part = OldRouterCache.from_logits([lg.detach() for lg in out.router_logits], self.spec.top_k,
+                                          (len(rows), hi - lo), indices_list=out.router_indices,
+                                          keep_logits=self.routing is RoutingMode.LOGIT_REPLAY)
+        cache.assign(rows, part.pad_columns(lo, T))
+
+    def _update_micro(self, batch, rows, old_logp, adv, cache, n_valid_mb, entropy=None) -> dict[str, float]:
         """Forward, loss and backward of one micro-batch (backward inside routing_control, so a
-        gradient-checkpointing recomputation routes the same way)."""
+        gradient-checkpointing recomputation routes the same way).
+
+        With ``entropy`` given (the on-policy first mini-batch, whose old pass was skipped), the
+        forward's own detached log-probs, entropy and router cache are recorded as the old values
+        of these rows before the loss: theta == theta_old, so they are what the old pass computes.
+        """
+        a = self.cfg.algorithm
+        record = entropy is not None
+        capture = a.router_aux_loss_coef > 0 or cache is not None
+        with self._forward(batch, rows, with_entropy=a.entropy_coef > 0 or record, capture=capture, update=True,
+                           cache=None if record else cache) as (out, (lo, hi)):
+            return self._loss_and_backward(batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy)
+
+    def _loss_and_backward(self, batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy):
         a = self.cfg.algorithm
         P = batch.prompt_width
-        inputs = self._forward_inputs(batch, rows)
-        mask = batch.response_mask[rows]
-        cache_rows = cache[rows] if cache is not None else None
-        capture = a.router_aux_loss_coef > 0 or cache is not None
-        with routing_control(self.model, self.routing, cache_rows):
-            with capture_router_logits(self.model, raw=True) if capture else contextlib.nullcontext() as cap:
-                out = self.model(**inputs)
-            logp, ent = response_logprobs(out.logits, inputs["input_ids"], P, a.entropy_coef > 0)
-            gamma = None
-            if cache_rows is not None:
-                # gamma over every position, then the positions that predict response tokens  (b, R)
-                keep_graph = a.router_shift and not a.stop_gradient  # only the no-stop-gradient ablation
-                with torch.set_grad_enabled(keep_graph):
-                    gamma_full = router_shift(cache_rows, cap.logits)  # (b, P + R)
-                gamma = response_slice(gamma_full, P)
-            err = None
-            try:
-                loss, m = compute_policy_loss(
-                    a.algo, logp, old_logp[rows], adv[rows], mask,
-                    router_shift=gamma if a.router_shift else None, gamma_min=a.gamma_min,
-                    stop_gradient=a.stop_gradient, clip_low=a.clip_low, clip_high=a.clip_high)
-            except NonFiniteLogProbError as e:
-                err, loss, m = str(e), None, {}
-            # every rank must take the same branch: backward is a collective under FSDP
-            if self.dist.any(err is not None):
-                raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
-            if gamma is not None and not a.router_shift:  # diagnostics for every run, as in the loss
-                g = gamma.detach()
-                mb = mask.bool()
-                m["router/shift_ratio_mean"] = masked_mean(g, mb).item()
-                m["router/shift_clipfrac"] = masked_mean((g < a.gamma_min).float(), mb).item()
-            if a.entropy_coef > 0:
-                loss = loss - a.entropy_coef * masked_mean(ent, mask.bool())
-            if a.router_aux_loss_coef > 0:
-                aux = load_balancing_loss(cap.logits, self.spec.top_k, inputs["attention_mask"])
-                loss = loss + a.router_aux_loss_coef * aux
-                m["actor/router_aux_loss"] = float(aux)
-            n_valid = int(mask.bool().any(dim=1).sum())
-            # share of the global mini-batch; x world size because FSDP averages gradients over ranks
-            scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
-            bad = not bool(torch.isfinite(scaled))
-            if self.dist.any(bad):
-                raise NonFiniteLogProbError(f"loss is {scaled.item()}" if bad else "non-finite loss on another rank")
-            scaled.backward()
+        T = batch.input_ids.shape[1]
+        record = entropy is not None
+        r = hi - P
+        mask = batch.response_mask[rows, :r]
+        logp, ent = out.logp, out.entropy
+        if record:
+            old_logp[rows, :r] = logp.detach()
+            entropy[rows, :r] = ent.detach()
+            if cache is not None:
+                self._record_cache(cache, rows, out, lo, hi, T)
+        gamma = None
+        if cache is not None:
+            # gamma over every position of the window, then the positions that predict response tokens
+            keep_graph = a.router_shift and not a.stop_gradient  # only the no-stop-gradient ablation
+            with torch.set_grad_enabled(keep_graph):
+                gamma_full = router_shift(cache[rows, lo:hi], out.router_logits)  # (b, hi - lo)
+            gamma = response_slice(gamma_full, P - lo)  # (b, r)
+        err = None
+        try:
+            loss, m = compute_policy_loss(
+                a.algo, logp, old_logp[rows, :r], adv[rows], mask,
+                router_shift=gamma if a.router_shift else None, gamma_min=a.gamma_min,
+                stop_gradient=a.stop_gradient, clip_low=a.clip_low, clip_high=a.clip_high)
+        except NonFiniteLogProbError as e:
+            err, loss, m = str(e), None, {}
+        # every rank must take the same branch: backward is a collective under FSDP
+        if self.dist.any(err is not None):
+            raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
+        if gamma is not None and not a.router_shift:  # diagnostics for every run, as in the loss
+            g = gamma.detach()
+            mb = mask.bool()
+            m["router/shift_ratio_mean"] = masked_mean(g, mb).item()
+            m["router/shift_clipfrac"] = masked_mean((g < a.gamma_min).float(), mb).item()
+        if a.entropy_coef > 0:
+            loss = loss - a.entropy_coef * masked_mean(ent, mask.bool())
+        if a.router_aux_loss_coef > 0:
+            aux = load_balancing_loss(out.router_logits, self.spec.top_k, batch.attention_mask[rows, lo:hi])
+            loss = loss + a.router_aux_loss_coef * aux
+            m["actor/router_aux_loss"] = float(aux)
+        n_valid = int(mask.bool().any(dim=1).sum())
+        # share of the global mini-batch; x world size because FSDP averages gradients over ranks
+        scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
+        bad = not bool(torch.isfinite(scaled))
+        if self.dist.any(bad):
+            raise NonFiniteLogProbError(f"loss is {scaled.item()}" if bad else "non-finite loss on another rank")
+        scaled.backward()
         return m
+
+    def _special_stop_frac(self, batch: RolloutBatch) -> float:
+        """Share of responses ended by a special token other than EOS (pad, bos, unk, ...): the
+        rollout stops there, since the decoded text the verifier sees skips special tokens."""
+        eos = self.tokenizer.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos])
+        special = torch.tensor([i for i in stop_token_ids(self.tokenizer) if i not in eos] or [-1])
+        lengths = batch.response_mask.sum(1).long()  # (B,)
+        last = batch.response_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1).cpu()  # (B,)
+        return float(torch.isin(last, special).float().mean())
 
     def _mini_batches(self, step: int, epoch: int, G: int, n_prompts: int) -> list[torch.Tensor]:
         order = random.Random(derive_seed(self.cfg.seed, step, 11, epoch)).sample(range(n_prompts), n_prompts)
@@ -450,8 +498,10 @@ class Trainer:
         adv = group_advantages(rewards, G).to(self.device)
         t2 = time.perf_counter()
         mbs0 = self._mini_batches(step, 0, G, len(records))
-        old_logp, entropy, cache = self._old_pass(batch, mbs0)
+        # the on-policy first mini-batch records its own old values in its update (see _update_micro)
+        old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0)
         t3 = time.perf_counter()
+        self.model.train()
         mask = batch.response_mask
         sums: dict[str, list[float]] = defaultdict(list)
         first_mb: dict[str, float] = {}
@@ -464,8 +514,9 @@ class Trainer:
                 mb_metrics: dict[str, list[float]] = defaultdict(list)
                 ok = True
                 try:
+                    record = entropy if self.onpolicy_shortcut and epoch == 0 and j == 0 else None
                     for rows in self._micro_batches(self._local_rows(mb)):
-                        m = self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb)
+                        m = self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record)
                         for k, v in m.items():
                             mb_metrics[k].append(v)
                     grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(
@@ -499,7 +550,9 @@ class Trainer:
                     if epoch == 0 and j == 0:
                         first_mb = {k: sum(v) / len(v) for k, v in mb_metrics.items()}
         t4 = time.perf_counter()
+        self.model.eval()
         self.backend.sync_weights(self.model)
+        self.last_batch = batch
         n_tokens = float(mask.sum())
         metrics = {k: sum(v) / len(v) for k, v in sums.items()}
         metrics.update({
@@ -508,6 +561,7 @@ class Trainer:
             "critic/score/min": float(rewards.min()),
             "actor/entropy": float(masked_mean(entropy, mask.bool())),
             "response_length/mean": float(mask.sum(1).mean()),
+            "response/special_stop_frac": self._special_stop_frac(batch),
             "actor/skipped_updates": float(skipped),
             "actor/lr": float(self.scheduler.get_last_lr()[0]),
             "perf/rollout_s": t1 - t0,
@@ -517,6 +571,8 @@ class Trainer:
             "perf/step_s": t4 - t0,
             "perf/rollout_tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
             "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
+            # every non-padding token the updates process (prompt + response), as a training loop counts
+            "perf/update_tokens_per_s": float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
         })
         if cache is not None:
             metrics["router/cache_bytes"] = float(cache.nbytes)

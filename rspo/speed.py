@@ -1,0 +1,296 @@
+"""`python -m rspo speed`: our RL step side by side with TRL's GRPOTrainer, a plain training loop
+and plain ``generate``, on the same model, prompts and verifier, in ONE process.
+
+Contenders, each given the same work per RL step (``prompts_per_step`` Countdown prompts x G
+responses, temperature 1, ``max_new_tokens``, ``prompts_per_step / mini_batch_prompts``
+optimiser updates per rollout, no KL, lr 1e-5):
+
+- ``rspo``: ``Trainer.train_step`` (GRPO, router diagnostics on: the suite's default for every
+  run), phases rollout / reward / old pass / update;
+- ``trl``: TRL's ``GRPOTrainer`` (loss_type grpo, beta 0, per_device_train_batch_size = rows of
+  a mini-batch, steps_per_generation = updates per rollout, so it computes old log-probs like we
+  do; gradient checkpointing off and router aux loss 0, as in our run); its rollout phase is the
+  time inside ``_generate_and_score_completions`` (generation, reward, old log-probs), its update
+  phase the rest of the cycle;
+- ``raw train``: the model's own training speed on our step's rows: per mini-batch, the rows
+  (prompt + response tokens) right-padded to the longest, ``model(..., labels=...)`` mean
+  cross-entropy, backward, grad-norm clip, AdamW step, as an SFT loop would do;
+- ``generate``: ``model.generate(do_sample=True, temperature=1, top_k=0)`` on the same prompts
+  repeated G times (the batch our rollout samples).
+
+The step schedule alternates: TRL's trainer runs its loop and, after each of its RL steps (one
+generation and its updates), a callback runs one step of each other contender, timed
+separately, so machine noise hits all of them alike. The first step of each is a warm-up and
+is not counted; figures are medians over the measured steps.
+
+Token counts: ``update tokens/s`` counts the non-padding tokens (prompt + response) of the
+step's rows times the updates that process them, for both our update phase and the raw loop
+(the same rows, the same count); ``rollout tokens/s`` counts sampled response tokens (up to and
+including the stop token) for both our rollout and ``generate``.
+
+Printed: one table per model (the preset's pretrained base, and a random-init model of the
+paper's depth, 12 layers, same width), then as the LAST line one JSON object with
+``step_time_ratio_vs_trl`` (ours / TRL's, median step times), ``update_tokens_per_s_vs_raw_training``
+and ``rollout_tokens_per_s_vs_generate`` for the first model, and the same for every model
+under ``models``. TRL is an optional dependency (``pip install -e '.[bench]'``; ``make bench``
+installs it). Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("rollout_s", "old_pass_s", "update_s", "step_s", "rollout_tok_s", "update_tok_s")
+
+
+def _trl_available() -> None:
+    try:
+        import trl  # noqa: F401
+    except ImportError as e:
+        raise SystemExit("rspo speed needs TRL, an optional benchmark dependency: pip install -e '.[bench]' "
+                         "(or run `make bench`)") from e
+
+
+def _deep_model(src: Path, dst: Path, layers: int) -> Path:
+    """A random-init copy of ``src``'s architecture with ``layers`` decoder layers (same tokenizer)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from rspo.models import META_FILE, save_checkpoint
+
+    cfg = AutoConfig.from_pretrained(src)
+    cfg.num_hidden_layers = layers
+    if hasattr(cfg, "layer_types") and cfg.layer_types is not None:
+        cfg.layer_types = [cfg.layer_types[0]] * layers
+    import torch
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    meta = json.loads((src / META_FILE).read_text()) if (src / META_FILE).is_file() else {}
+    save_checkpoint(model, AutoTokenizer.from_pretrained(src), dst, meta=meta)
+    return dst
+
+
+class _Raw:
+    """A plain SFT-style training loop on the rows of our last step (see the module docstring)."""
+
+    def __init__(self, model_dir: Path, lr: float, grad_clip: float):
+        import torch
+
+        from rspo.models import load_model
+
+        self.model = load_model(model_dir, device="cpu")
+        self.model.train()
+        self.opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=lr, foreach=True)
+        self.grad_clip = grad_clip
+
+    def step(self, batch, mini_batches, pad_id: int) -> tuple[float, int]:
+        import torch
+
+        rows_tok = [batch.input_ids[i][batch.attention_mask[i].bool()] for i in range(batch.input_ids.shape[0])]
+        t0 = time.perf_counter()
+        n_tok = 0
+        for mb in mini_batches:
+            seqs = [rows_tok[int(i)] for i in mb]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for k, s in enumerate(seqs):
+                ids[k, : len(s)] = s
+                attn[k, : len(s)] = 1
+            labels = ids.masked_fill(attn == 0, -100)
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.model(input_ids=ids, attention_mask=attn, labels=labels, use_cache=False).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.opt.step()
+            n_tok += int(attn.sum())
+        return time.perf_counter() - t0, n_tok
+
+
+class _Generate:
+    """``model.generate`` sampling on the same prompts, G rows each."""
+
+    def __init__(self, model_dir: Path, tokenizer):
+        from rspo.models import load_model
+
+        self.model = load_model(model_dir, device="cpu")
+        self.model.eval()
+        self.tok = tokenizer
+
+    def step(self, prompts: list[str], n: int, max_new_tokens: int, seed: int) -> tuple[float, int]:
+        import torch
+
+        from rspo.rollout.base import response_mask_from_ids, stop_token_ids
+
+        enc = self.tok(prompts, return_tensors="pt", padding=True, padding_side="left")
+        ids = enc["input_ids"].repeat_interleave(n, dim=0)
+        attn = enc["attention_mask"].repeat_interleave(n, dim=0)
+        torch.manual_seed(seed)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=1.0, top_k=0,
+                                      top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=self.tok.pad_token_id,
+                                      eos_token_id=self.tok.eos_token_id)
+        wall = time.perf_counter() - t0
+        resp = out[:, ids.shape[1] :]
+        return wall, int(response_mask_from_ids(resp, stop_token_ids(self.tok)).sum())
+
+
+def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *, steps: int, threads: int,
+                label: str) -> dict[str, Any]:
+    """One table: every contender on one model, alternating step by step."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rspo.config import load_train_config
+    from rspo.data.countdown import format_prompt, load_split
+    from rspo.models import load_model
+    from rspo.rewards.countdown import score
+    from rspo.train.trainer import Trainer
+
+    overrides = [f"model.path={json.dumps(str(model_dir))}",
+                 f"data.train_path={json.dumps(str(data_dir / 'train.jsonl'))}", "data.val_paths={}",
+                 f"model.threads={threads}", "schedule.ckpt_every=0", "optim.lr=1e-5", "optim.warmup_steps=0",
+                 'algorithm.algo="grpo"', "algorithm.router_shift=false", "tracking.router_diagnostics=true"]
+    cfg = load_train_config(preset_path, None, overrides)
+    ours = Trainer(cfg, work / f"rspo-{label}")
+    torch.set_num_threads(threads)
+    sc, G = cfg.schedule, cfg.rollout.group_size
+    updates = sc.prompts_per_step // sc.mini_batch_prompts
+    raw = _Raw(model_dir, 1e-5, cfg.optim.grad_clip)
+    gen = _Generate(model_dir, ours.tokenizer)
+
+    records = load_split(data_dir / "train.jsonl")[: 4096]
+    ds = Dataset.from_list([{"prompt": format_prompt(r, cfg.data.prompt_format), "nums": r["nums"],
+                             "target": r["target"]} for r in records])
+
+    def countdown_reward(completions, nums, target, **_):
+        return [score(c, n, t)[0] for c, n, t in zip(completions, nums, target)]
+
+    rows: dict[str, list[dict[str, float]]] = {k: [] for k in ("rspo", "trl", "raw train", "generate")}
+    clock = {"mark": 0.0, "gen": 0.0, "cycles": 0}
+
+    class Alternate(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % updates:
+                return
+            now = time.perf_counter()
+            cycle = now - clock["mark"]
+            rows["trl"].append({"rollout_s": clock["gen"], "update_s": cycle - clock["gen"], "step_s": cycle})
+            clock["gen"] = 0.0
+            m = ours.train_step()
+            ours.step += 1
+            batch = ours.last_batch
+            rows["rspo"].append({"rollout_s": m["perf/rollout_s"], "old_pass_s": m["perf/old_pass_s"],
+                                 "update_s": m["perf/update_s"], "step_s": m["perf/step_s"],
+                                 "rollout_tok_s": m["perf/rollout_tokens_per_s"],
+                                 "update_tok_s": m["perf/update_tokens_per_s"]})
+            mbs = ours._mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
+            wall, n_tok = raw.step(batch, mbs, ours.tokenizer.pad_token_id)
+            rows["raw train"].append({"update_s": wall, "update_tok_s": n_tok / wall})
+            prompts = [ours.task.prompt(r) for r in ours._sample_prompts(ours.step - 1)]
+            wall, n_tok = gen.step(prompts, G, cfg.rollout.max_new_tokens, seed=ours.step)
+            rows["generate"].append({"rollout_s": wall, "rollout_tok_s": n_tok / wall})
+            clock["cycles"] += 1
+            clock["mark"] = time.perf_counter()
+
+    trl_model = load_model(model_dir, device="cpu")
+    args = GRPOConfig(
+        output_dir=str(work / f"trl-{label}"), per_device_train_batch_size=sc.mini_batch_prompts * G,
+        num_generations=G, steps_per_generation=updates, max_completion_length=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature, top_p=1.0, top_k=0, learning_rate=1e-5, beta=0.0, loss_type="grpo",
+        num_iterations=1, lr_scheduler_type="constant", max_grad_norm=cfg.optim.grad_clip,
+        max_steps=(steps + 1) * updates, logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True,
+        bf16=False, gradient_checkpointing=False, router_aux_loss_coef=0.0, disable_tqdm=True, seed=0,
+        dataloader_num_workers=0)
+    trainer = GRPOTrainer(model=trl_model, reward_funcs=countdown_reward, args=args, train_dataset=ds,
+                          processing_class=ours.tokenizer, callbacks=[Alternate()])
+    inner = trainer._generate_and_score_completions
+
+    def timed(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **kw)
+        finally:
+            clock["gen"] += time.perf_counter() - t0
+
+    trainer._generate_and_score_completions = timed
+    torch.set_num_threads(threads)
+    clock["mark"] = time.perf_counter()
+    trainer.train()
+    med = {k: {c: statistics.median(r[c] for r in v[1:]) for c in v[0]} for k, v in rows.items()}
+    return {"label": label, "layers": ours.model.config.num_hidden_layers, "steps_measured": len(rows["rspo"]) - 1,
+            "median": med,
+            "step_time_ratio_vs_trl": med["rspo"]["step_s"] / med["trl"]["step_s"],
+            "update_tokens_per_s_vs_raw_training": med["rspo"]["update_tok_s"] / med["raw train"]["update_tok_s"],
+            "rollout_tokens_per_s_vs_generate": med["rspo"]["rollout_tok_s"] / med["generate"]["rollout_tok_s"]}
+
+
+def format_table(res: dict[str, Any]) -> list[str]:
+    lines = [f"{res['label']}: {res['layers']} layers, median of {res['steps_measured']} steps after 1 warm-up",
+             f"{'contender':<11}" + "".join(f"{c:>14}" for c in COLUMNS)]
+    for name, row in res["median"].items():
+        cells = []
+        for c in COLUMNS:
+            v = row.get(c)
+            cells.append(f"{'-':>14}" if v is None else f"{v:>14.0f}" if c.endswith("tok_s") else f"{v:>14.3f}")
+        lines.append(f"{name:<11}" + "".join(cells))
+    lines.append(f"ours / TRL step time {res['step_time_ratio_vs_trl']:.3f}; update tokens/s vs raw training "
+                 f"{res['update_tokens_per_s_vs_raw_training']:.3f}; rollout tokens/s vs generate "
+                 f"{res['rollout_tokens_per_s_vs_generate']:.3f}")
+    return lines
+
+
+def run_speed(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 5,
+              threads: int = 2, deep_layers: int = 12, out: str | None = None) -> dict[str, Any]:
+    _trl_available()
+    from rspo.bench import _prepare
+    from rspo.models import set_threads
+
+    set_threads(threads)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rspo-speed-") as tmp:
+        work = Path(tmp)
+        _, name, data_dir, model_dir, source = _prepare(preset_path, model, data, work, threads)
+        results.append(bench_model(preset_path, model_dir, data_dir, work, steps=steps, threads=threads,
+                                   label=f"{name} base ({source})"))
+        print("\n".join(format_table(results[-1])), flush=True)
+        if deep_layers:
+            deep = _deep_model(model_dir, work / "deep", deep_layers)
+            results.append(bench_model(preset_path, deep, data_dir, work, steps=steps, threads=threads,
+                                       label=f"{deep_layers}-layer random-init"))
+            print("\n" + "\n".join(format_table(results[-1])), flush=True)
+    first = results[0]
+    summary = {k: first[k] for k in ("step_time_ratio_vs_trl", "update_tokens_per_s_vs_raw_training",
+                                     "rollout_tokens_per_s_vs_generate")}
+    summary.update(preset=name, threads=threads, models=results)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rspo speed", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="configs/small.yaml")
+    ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
+    ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
+    ap.add_argument("--steps", type=int, default=5, help="measured RL steps per contender (after 1 warm-up)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--deep-layers", type=int, default=12, help="second table: random-init model of this depth "
+                    "(0: skip)")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    run_speed(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads,
+              deep_layers=args.deep_layers, out=args.out)
+    return 0
