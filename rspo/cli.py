@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "report": "rspo.report.cli:main",
     "bench": "rspo.bench:main",
     "speed": "rspo.speed:main",
+    "sweep": "rspo.sweep:main",
     "mlflow-init": "rspo.tracking:init_main",
 }
 
@@ -36,6 +37,7 @@ commands:
   report       build a paper table or figure from run outputs
   bench        throughput / memory benchmark (prints a table + one JSON line)
   speed        RL step vs TRL's GRPOTrainer, plain training and generate (needs the bench extra)
+  sweep        run regime-choosing trials from a sweep file and write the trial table
   mlflow-init  create the MLflow store and experiment once, before jobs start
 
 `python -m rspo <command> --help` describes a command's arguments.

@@ -176,10 +176,16 @@ class OptimConfig:
     """Linear warmup in optimiser updates, then constant (verl's default schedule)."""
     max_nonfinite_in_row: int = 3
     """Stop the run after this many consecutive updates skipped for NaN/inf loss or gradients."""
+    router_lr_mult: float = 1.0
+    """Learning rate of the router weights (``mlp.gate.weight``) as a multiple of ``lr``. Not in
+    the paper (1 = one lr for all weights). Above 1 it is the stress regime's controlled variable:
+    router drift made large on purpose, to test whether RS delays or prevents collapse."""
 
     def validate(self, prefix: str) -> None:
         if self.lr <= 0:
             raise _err(f"{prefix}.lr", f"must be > 0, got {self.lr}")
+        if self.router_lr_mult <= 0:
+            raise _err(f"{prefix}.router_lr_mult", f"must be > 0, got {self.router_lr_mult}")
         if self.grad_clip <= 0:
             raise _err(f"{prefix}.grad_clip", f"must be > 0, got {self.grad_clip}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):

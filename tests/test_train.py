@@ -276,3 +276,14 @@ def test_model_mode_per_phase_and_special_stops(assets, tmp_path):
     special = {tr.tokenizer.pad_token_id, tr.tokenizer.bos_token_id, tr.tokenizer.unk_token_id}
     ends = [batch.response_ids[i, int(batch.response_mask[i].sum()) - 1].item() for i in range(len(batch.responses))]
     assert metrics["response/special_stop_frac"] == pytest.approx(sum(e in special for e in ends) / len(ends))
+
+
+def test_router_lr_multiplier_scales_only_the_router(assets, tmp_path):
+    cfg = make_cfg(assets, algo="grpo")
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, router_lr_mult=30.0, warmup_steps=0))
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task())
+    groups = tr.optimizer.param_groups
+    assert len(groups) == 2 and groups[1]["lr"] == pytest.approx(30.0 * groups[0]["lr"])
+    gates = {id(p) for n, p in tr.model.named_parameters() if n.endswith("mlp.gate.weight")}
+    assert {id(p) for p in groups[1]["params"]} == gates
+    assert not gates & {id(p) for p in groups[0]["params"]}

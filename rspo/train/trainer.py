@@ -80,6 +80,7 @@ from rspo.seeding import derive_seed
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
+    moe_gates,
     router_shift,
     router_spec,
 )
@@ -147,9 +148,13 @@ class Trainer:
         self.onpolicy_shortcut = (not self.dist.enabled and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE)
                                   and not _stochastic(self.model))
         self.model.eval()
-        params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+        router_params = {id(gate.weight) for gate in moe_gates(self.model)}
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        params = [p for _, p in named if id(p) not in router_params]
+        routers = [p for _, p in named if id(p) in router_params]
+        groups = [{"params": params}] + ([{"params": routers, "lr": o.lr * o.router_lr_mult}] if routers else [])
+        self.optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
                                            foreach=not self.dist.enabled)  # FSDP: DTensors beside plain
                                                                            # zero-size params
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(

@@ -1,0 +1,239 @@
+"""`python -m rspo sweep`: run the trials that choose a study's regime and write the trial table.
+
+A sweep file (YAML) names a preset, pretrained bases (``pretrain:`` overrides of the preset) and
+trials. A trial is one RL setting (``set:`` overrides of the preset's ``rl:``) on one base, run
+for some algorithms and seeds; every run is a plain ``python -m rspo train`` with periodic
+greedy validation on the held-out ``val`` split, so a trial measures exactly what the study's
+runs measure. Bases are pretrained once (``python -m rspo pretrain``) and reused by key.
+
+    python -m rspo sweep configs/sweeps/small.yaml --jobs 2 --threads 1
+
+For each trial the table records: the setting, the base model's held-out greedy accuracy (the
+step-0 validation, the same for every run of the base), the GMPO gain (final minus base,
+mean +- std over seeds, n), the best GMPO gain over validation steps, the smallest per-step mean
+gamma and the largest per-step share of tokens under gamma_min = 0.8 in GRPO runs, the largest
+pg_clipfrac, collapses, and the trial's wall time. It appends one JSON line per trial to
+``<work>/trials.jsonl`` (a trial already there with the same setting is not rerun: reruns
+resume) and rewrites the Markdown table ``--table``. Runs whose folder holds a finished run are
+read, not retrained.
+
+The selection criteria are not computed here: they are written in the preset's comments and
+the README, and applied by reading the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
+TRIAL_KEYS = {"name", "base", "steps", "set", "runs", "note"}
+
+
+class SweepError(ValueError):
+    pass
+
+
+def load_sweep(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"sweep file not found: {path}")
+    spec = yaml.safe_load(path.read_text())
+    if not isinstance(spec, dict):
+        raise SweepError(f"{path}: a sweep must be a mapping")
+    unknown = sorted(set(spec) - SWEEP_KEYS)
+    if unknown:
+        raise SweepError(f"{path}: unknown key {unknown[0]!r}; valid keys are {sorted(SWEEP_KEYS)}")
+    for key in ("preset", "work", "bases", "trials"):
+        if key not in spec:
+            raise SweepError(f"{path}: missing key {key!r}")
+    for i, t in enumerate(spec["trials"]):
+        bad = sorted(set(t) - TRIAL_KEYS)
+        if bad:
+            raise SweepError(f"{path}: trials[{i}].{bad[0]}: unknown key; valid keys are {sorted(TRIAL_KEYS)}")
+        if t.get("base") not in spec["bases"]:
+            raise SweepError(f"{path}: trials[{i}].base: {t.get('base')!r} is not one of {sorted(spec['bases'])}")
+        if not isinstance(t.get("runs"), dict) or not t["runs"]:
+            raise SweepError(f"{path}: trials[{i}].runs: expected a mapping algo -> list of seeds")
+    return spec
+
+
+def _key(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _run(cmd: list[str], log: Path, threads: int) -> float:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    if proc.returncode != 0:
+        raise RuntimeError(f"command failed (exit {proc.returncode}), see {log}: {' '.join(cmd)}")
+    return time.perf_counter() - t0
+
+
+def ensure_data(spec: dict[str, Any], work: Path) -> Path:
+    data = work / "data"
+    if not (data / "meta.json").is_file():
+        _run([sys.executable, "-m", "rspo", "generate", "--preset", spec["preset"], "--out", str(data),
+              "--workers", "2"], work / "logs" / "data.log", 2)
+    return data
+
+
+def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads: int) -> tuple[Path, float]:
+    """Pretrain base ``name`` once (cached by its overrides); -> (checkpoint, wall seconds or 0)."""
+    over = spec["bases"][name] or {}
+    out = work / "bases" / f"{name}-{_key(over)}"
+    tok = work / "tokenizer"
+    if not (tok / "tokenizer.json").is_file():
+        _run([sys.executable, "-m", "rspo", "tokenizer", "--out", str(tok)], work / "logs" / "tokenizer.log", 1)
+    if (out / "pretrain.json").is_file():
+        return out, 0.0
+    cmd = [sys.executable, "-m", "rspo", "pretrain", "--preset", spec["preset"], "--data", str(data),
+           "--tokenizer", str(tok), "--out", str(out), "--threads", str(threads), "--no-mlflow"]
+    for k, v in over.items():
+        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    return out, _run(cmd, work / "logs" / f"pretrain-{name}.log", threads)
+
+
+def run_one(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, base: Path, data: Path, work: Path,
+            threads: int) -> dict[str, Any]:
+    tkey = _key({"base": spec["bases"][trial["base"]], "set": trial.get("set", []), "steps": trial["steps"]})
+    out = work / "runs" / f"{trial['name']}-{tkey}" / f"{algo}-s{seed}"
+    algo_name, _, plus = algo.partition("+")
+    sets = [f"algorithm.algo={algo_name}", f"algorithm.router_shift={'true' if plus == 'rs' else 'false'}",
+            f"seed={seed}", f"schedule.total_steps={trial['steps']}",
+            f"schedule.val_every={spec.get('val_every', 10)}", f"schedule.val_size={spec.get('val_size', 200)}",
+            "schedule.ckpt_every=0"] + list(trial.get("set", []))
+    wall = 0.0
+    if not (out / "final.json").is_file():
+        cmd = [sys.executable, "-m", "rspo", "train", "--preset", spec["preset"], "--base-model", str(base),
+               "--train-data", str(data / "train.jsonl"), "--val", f"val={data / 'val.jsonl'}", "--out", str(out),
+               "--threads", str(threads), "--no-mlflow"]
+        for s in sets:
+            cmd += ["--set", s]
+        wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    final = json.loads((out / "final.json").read_text())
+    val = [(r["step"], r["val/val/score"]) for r in rows if "val/val/score" in r]
+    train = [r for r in rows if "critic/score/mean" in r]
+    return {
+        "algo": algo, "seed": seed, "wall_s": wall or sum(r.get("perf/step_s", 0.0) for r in train),
+        "val": val, "base_acc": val[0][1], "final_acc": val[-1][1], "best_acc": max(v for _, v in val),
+        "min_gamma": min(r["router/shift_ratio_mean"] for r in train),
+        "max_gamma_clip": max(r["router/shift_clipfrac"] for r in train),
+        "max_pg_clipfrac": max(r["actor/pg_clipfrac"] for r in train),
+        "max_ppo_kl": max(abs(r["actor/ppo_kl"]) for r in train),
+        "reward_first": statistics.mean(r["critic/score/mean"] for r in train[:5]),
+        "reward_last": statistics.mean(r["critic/score/mean"] for r in train[-5:]),
+        "collapsed": bool(final.get("collapsed")), "collapse_step": final.get("collapse_step"),
+    }
+
+
+def _mean_sd(xs: list[float]) -> tuple[float, float, int]:
+    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else float("nan"), len(xs))
+
+
+def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: float, wall: float) -> dict[str, Any]:
+    by = {}
+    for r in runs:
+        by.setdefault(r["algo"], []).append(r)
+    out: dict[str, Any] = {"name": trial["name"], "base": trial["base"], "steps": trial["steps"],
+                           "set": list(trial.get("set", [])), "note": trial.get("note", ""),
+                           "base_acc": runs[0]["base_acc"], "pretrain_wall_s": base_wall, "wall_s": wall,
+                           "runs": runs}
+    for algo, rs in by.items():
+        gains = [r["final_acc"] - r["base_acc"] for r in rs]
+        best = [r["best_acc"] - r["base_acc"] for r in rs]
+        out[algo] = {"gain": _mean_sd(gains), "best_gain": _mean_sd(best),
+                     "min_gamma": min(r["min_gamma"] for r in rs), "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
+                     "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
+                     "collapsed": sum(r["collapsed"] for r in rs), "n": len(rs)}
+    return out
+
+
+def _fmt_gain(g: tuple[float, float, int]) -> str:
+    m, sd, n = g
+    return f"{100 * m:+.1f}" + (f" ± {100 * sd:.1f}" if n > 1 else "") + f" (n={n})"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cols = ["trial", "base", "setting", "steps", "base acc. (%)", "GMPO gain, final (pts)", "GMPO gain, best (pts)",
+            "GRPO min mean γ", "GRPO max share γ<0.8", "max pg_clipfrac", "collapsed", "wall"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
+    for t in rows:
+        per_algo = {a: v for a, v in t.items() if isinstance(v, dict) and "n" in v}
+        g, r = per_algo.get("gmpo"), per_algo.get("grpo")
+        cells = [t["name"], t["base"], " ".join(t["set"]) or "(preset)", str(t["steps"]), f"{100 * t['base_acc']:.1f}",
+                 _fmt_gain(g["gain"]) if g else "-", _fmt_gain(g["best_gain"]) if g else "-",
+                 f"{r['min_gamma']:.4f}" if r else "-", f"{100 * r['max_gamma_clip']:.2f}%" if r else "-",
+                 f"{max(v['max_pg_clipfrac'] for v in per_algo.values()):.3f}",
+                 ", ".join(f"{a} {v['collapsed']}/{v['n']}" for a, v in per_algo.items()),
+                 f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | None = None,
+              only: list[str] | None = None) -> list[dict[str, Any]]:
+    spec = load_sweep(path)
+    work = Path(spec["work"])
+    work.mkdir(parents=True, exist_ok=True)
+    done_path = work / "trials.jsonl"
+    done = [json.loads(ln) for ln in done_path.read_text().splitlines() if ln.strip()] if done_path.is_file() else []
+    data = ensure_data(spec, work)
+    for trial in spec["trials"]:
+        if only and trial["name"] not in only:
+            continue
+        ident = {k: trial.get(k) for k in ("name", "base", "steps", "set", "runs")}
+        if any({k: d.get(k) for k in ("name", "base", "steps", "set")} == {k: ident[k] for k in
+               ("name", "base", "steps", "set")} and d.get("runs_spec") == trial["runs"] for d in done):
+            continue
+        base, base_wall = ensure_base(spec, trial["base"], work, data, max(threads, jobs * threads))
+        t0 = time.perf_counter()
+        todo = [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            runs = list(pool.map(lambda a: run_one(spec, trial, a[0], a[1], base, data, work, threads), todo))
+        row = summarise(trial, runs, base_wall, time.perf_counter() - t0)
+        row["runs_spec"] = trial["runs"]
+        row["jobs"], row["threads"] = jobs, threads
+        done.append(row)
+        with open(done_path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(json.dumps({k: row[k] for k in ("name", "base_acc", "wall_s")} |
+                         {a: row[a] for a in trial["runs"] if a in row}), flush=True)
+        if table_path:
+            Path(table_path).write_text(table(done))
+    if table_path:
+        Path(table_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(table_path).write_text(table(done))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rspo sweep", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", help="sweep file (YAML), e.g. configs/sweeps/small.yaml")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (each with --threads threads)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads per run")
+    ap.add_argument("--table", default=None, help="write the Markdown trial table here")
+    ap.add_argument("--only", action="append", default=None, help="run only these trials (repeatable)")
+    args = ap.parse_args(argv)
+    try:
+        run_sweep(args.sweep, jobs=args.jobs, threads=args.threads, table_path=args.table, only=args.only)
+    except SweepError as e:
+        print(f"rspo sweep: {e}", file=sys.stderr)
+        return 2
+    return 0
