@@ -66,7 +66,7 @@ def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, 
     return preset, name, data_dir, model_dir, source
 
 
-def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 3,
+def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 8,
               threads: int = 2, out: str | None = None, data_parallel: int = 0) -> dict[str, Any]:
     from rspo.config import load_train_config
     from rspo.models import set_threads
@@ -113,6 +113,10 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
         "responses_per_step": cfg.schedule.prompts_per_step * cfg.rollout.group_size,
         "updates_per_step": cfg.schedule.prompts_per_step // cfg.schedule.mini_batch_prompts,
         "rs_throughput_ratio": med["gmpo+rs"]["perf/tokens_per_s"] / base_tps,
+        # one ratio per round of the alternation (the same machine state for both): the claims
+        # table's confidence interval of the throughput claim is over these
+        "rs_throughput_ratio_per_step": [a["perf/tokens_per_s"] / b["perf/tokens_per_s"]
+                                         for a, b in zip(samples["gmpo+rs"], samples["gmpo"])],
         "diag_throughput_ratio": med["gmpo+diag"]["perf/tokens_per_s"] / base_tps,
         "router_cache_bytes_per_token_layer_k": med["gmpo+rs"]["router/cache_bytes_per_entry"],
         "router_cache_bytes_per_step": med["gmpo+rs"]["router/cache_bytes"],
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="configs/small.yaml")
     ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
     ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8, help="measured steps per configuration (after 1 warm-up)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--data-parallel", type=int, default=0, metavar="N",

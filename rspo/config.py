@@ -450,6 +450,8 @@ FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
     "table_main": ("main",),
     "table_countdown": ("plugin",),
 }
+FIGURE_FAMILIES.update({f"{fig}_stress": tuple(f"stress_{f}" for f in fams) for fig, fams in FIGURE_FAMILIES.items()
+                        if not fig.startswith("table") and "main" not in fams})
 
 GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
 
@@ -528,6 +530,8 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
                 name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
                 fam[name] = ov
         families["routing"] = fam
+    if "stress" in preset:
+        families.update(stress_families(preset, families))
     if "main" in grid:
         g = grid["main"] or {}
         tasks = preset.get("tasks") or {}
@@ -544,6 +548,35 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
                     fam[name] = ov
         families["main"] = fam
     return families
+
+
+STRESS_PREFIX = "stress-"
+
+
+def stress_families(preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]]
+                    ) -> dict[str, dict[str, dict[str, Any]]]:
+    """The stress regime: the Countdown families named in ``stress.families``, again, with the
+    ``stress.rl`` overlay (e.g. a router learning-rate multiplier) and run names prefixed
+    ``stress-``. Family ``stress_<name>``; the mechanism pair follows the plugin family."""
+    st = preset.get("stress")
+    if not isinstance(st, dict):
+        raise _err("stress", "expected a mapping with `rl` (an overlay of the rl section) and `families`")
+    unknown = sorted(set(st) - {"rl", "families", "note"})
+    if unknown:
+        raise _err(f"stress.{unknown[0]}", "unknown key; valid keys are ['families', 'note', 'rl']")
+    if not isinstance(st.get("rl"), dict) or not st["rl"]:
+        raise _err("stress.rl", "expected a non-empty overlay of the rl section")
+    wanted = list(st.get("families") or [])
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for fam in wanted:
+        if fam not in families or fam == "main":
+            raise _err("stress.families", f"{fam!r} is not a Countdown grid family of this preset "
+                       f"(have: {sorted(f for f in families if f != 'main')})")
+        out[f"stress_{fam}"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families[fam].items()}
+        if fam == "plugin":
+            out["stress_mechanism"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"}
+                                       for name, ov in families["mechanism"].items()}
+    return out
 
 
 def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
@@ -589,6 +622,8 @@ def load_train_config(preset_path: str | Path, run: str | None = None, overrides
         ov = runs[run]
         if "task" in ov:
             _deep_update(rl, json.loads(json.dumps((preset.get("tasks") or {})[ov["task"]])))
+        if ov.get("regime") == "stress":
+            _deep_update(rl, json.loads(json.dumps(preset["stress"]["rl"])))
         rl.setdefault("algorithm", {}).update(ov["algorithm"])
         run_seed = ov["seed"]
     for text in overrides or []:

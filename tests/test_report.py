@@ -63,7 +63,9 @@ def write_fake_run(runs_dir: Path, plan: Plan, name: str, steps: int = 6, val_ev
         "seed": run.seed, "task": run.task, "fingerprint": "0" * 16, "mlflow_run_id": "x",
         "collapsed": run.algo == "grpo" and not run.router_shift,
     }))
-    (d / "final.json").write_text(json.dumps({"step": steps - 1}))
+    collapsed = run.algo == "grpo" and not run.router_shift
+    (d / "final.json").write_text(json.dumps({"step": steps - 1, "steps": steps, "collapsed": collapsed,
+                                              "collapse_step": 3 if collapsed else None}))
 
 
 def write_fake_eval(eval_dir: Path, plan: Plan, name: str, task: str) -> None:
@@ -81,7 +83,8 @@ def write_fake_eval(eval_dir: Path, plan: Plan, name: str, task: str) -> None:
 def write_fake_bench(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rs_throughput_ratio": 0.9, "router_cache_bytes_per_token_layer_k": 6.0,
-                                "rollout_tokens_per_s": 123.4, "table": "..."}))
+                                "rollout_tokens_per_s": 123.4, "table": "...",
+                                "rs_throughput_ratio_per_step": [0.88, 0.9, 0.93, 0.89]}))
 
 
 def write_fake_results(results: Path, plan: Plan) -> None:
@@ -106,7 +109,14 @@ def smoke(tmp_path_factory):
 # ---------------------------------------------------------------------------- figures
 
 
-@pytest.mark.parametrize("figure", FIGURES)
+SMOKE_FIGURES = [f for f in FIGURES if Plan.from_file(CONFIGS / "smoke.yaml").available(f)]
+
+
+def test_smoke_builds_paper_and_stress_figures():
+    assert {"fig4_plugin", "fig4_plugin_stress", "fig6_mechanism_stress"} <= set(SMOKE_FIGURES)
+
+
+@pytest.mark.parametrize("figure", SMOKE_FIGURES)
 def test_figure_is_byte_identical_across_rebuilds(smoke, tmp_path, figure):
     plan, root = smoke
     outs = []
@@ -124,7 +134,7 @@ def test_figure_is_byte_identical_across_rebuilds(smoke, tmp_path, figure):
 
 
 def test_figure_with_several_seeds_is_byte_identical(tmp_path):
-    # Several seeds -> bootstrap bands: they must be seeded.
+    # Several seeds -> bands over seeds: rebuilding must give the same bytes.
     plan = Plan.from_file(CONFIGS / "smoke.yaml", seeds=[0, 1, 2])
     for name in plan.figure_runs("fig4_plugin"):
         write_fake_run(tmp_path / "runs", plan, name)
@@ -135,6 +145,52 @@ def test_figure_with_several_seeds_is_byte_identical(tmp_path):
                             "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
         pdfs.append(out.read_bytes())
     assert pdfs[0] == pdfs[1]
+
+
+def test_seed_bands_are_min_max_around_the_mean_and_say_so(tmp_path):
+    """Synthetic metrics, 3 seeds with known values: the line is their mean, the band spans the
+    lowest to the highest seed at every step, and the legend names the band and n."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rspo.report import figures
+
+    plan = Plan.from_file(CONFIGS / "smoke.yaml", seeds=[0, 1, 2])
+    names = [n for n in plan.figure_runs("fig7_entropy") if plan.runs[n].method == "grpo"]
+    assert len(names) == 3
+    values = {0: [1.0, 2.0, 3.0], 1: [2.0, 2.0, 5.0], 2: [6.0, 2.0, 4.0]}
+    for name in names:
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        seed = plan.runs[name].seed
+        d.joinpath("metrics.jsonl").write_text("".join(
+            json.dumps({"step": t, "actor/entropy": v}) + "\n" for t, v in enumerate(values[seed])))
+    captured = {}
+    real_save = figures.style.save
+
+    def keep(fig, out):
+        captured["fig"] = fig
+        return real_save(fig, out)
+
+    figures.style.save = keep
+    try:
+        figures.build_figure("fig7_entropy", plan, tmp_path / "runs", tmp_path / "f.pdf", runs=names)
+    finally:
+        figures.style.save = real_save
+    fig = captured["fig"]
+    ax = fig.axes[0]
+    line = ax.get_lines()[0]
+    assert np.allclose(line.get_ydata(), [3.0, 2.0, 4.0])  # mean over seeds
+    verts = ax.collections[0].get_paths()[0].vertices
+    for t, lo, hi in ((0, 1.0, 6.0), (1, 2.0, 2.0), (2, 3.0, 5.0)):
+        ys = verts[np.isclose(verts[:, 0], t), 1]
+        assert np.isclose(ys.min(), lo) and np.isclose(ys.max(), hi), (t, ys)
+    assert fig.legends[0].get_title().get_text() == "mean of n=3 seeds; band: min-max over seeds"
+    plt.close(fig)
+    assert figures.band_note(1) == "1 seed"
 
 
 def test_figure_missing_metrics_file_is_a_clear_error(smoke, tmp_path, capsys):
@@ -210,6 +266,7 @@ def _main_preset(tmp_path: Path, name: str, tasks: list[str]) -> Path:
     data = yaml.safe_load((CONFIGS / "smoke.yaml").read_text())
     data["preset"] = name
     data["grid"] = {"main": {"tasks": tasks, "methods": ["grpo", "gspo", "gmpo", "gmpo+rs"]}}
+    data.pop("stress", None)  # the stress regime repeats Countdown families, which this preset has not
     data["seeds"] = [0, 1]
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(data))
@@ -235,6 +292,36 @@ def test_table_main_reference_rows_only_in_paper_presets(tmp_path):
 
         cell = f"{statistics.fmean(vals):.1f} ± {statistics.stdev(vals):.1f}"
         assert next(l for l in md.splitlines() if l.startswith("| GRPO |")).split(" | ")[1] == cell
+
+
+def test_table_claims_from_run_files(smoke, tmp_path):
+    """Every claim whose two methods the smoke grid has, in both regimes, plus the benchmark row;
+    the numbers are the paired effects of the fake files and the rule is printed under the table."""
+    from rspo.report import claims
+
+    plan, root = smoke
+    out = tmp_path / "table_claims.md"
+    assert report_main(["table", "table_claims", "--preset", str(CONFIGS / "smoke.yaml"), "--eval-dir",
+                        str(root / "eval"), "--runs-dir", str(root / "runs"), "--bench", str(root / "bench.json"),
+                        "--out", str(out)]) == 0
+    md = out.read_text()
+    assert claims.RULE in md and out.with_suffix(".tex").is_file()
+    rows = claims.collect(plan, root / "eval", root / "runs", root / "bench.json")
+    got = {(r.claim.key, r.regime) for r in rows}
+    # smoke: plugin has grpo and gmpo (no gspo), gamma_min 0.5/0.8 (no 0.2); stress repeats plugin only
+    assert {("grpo-collapses", "natural"), ("rs-grpo", "natural"), ("rs-gmpo", "natural"), ("nosg", "natural"),
+            ("freeze", "natural"), ("logit-replay", "natural"), ("index-replay", "natural"),
+            ("rs-grpo", "stress"), ("rs-gmpo", "stress"), ("grpo-collapses", "stress"),
+            ("throughput", "benchmark")} == got
+    rs_grpo = next(r for r in rows if r.claim.key == "rs-grpo" and r.regime == "natural")
+    acc = {s: claims.pooled_accuracy(root / "eval" / f"grpo-rs0.8-s{s}" / "countdown.json", ["val", "val_target"])
+           - claims.pooled_accuracy(root / "eval" / f"grpo-s{s}" / "countdown.json", ["val", "val_target"])
+           for s in plan.seeds}
+    assert rs_grpo.n == len(plan.seeds) and rs_grpo.mean == pytest.approx(sum(acc.values()) / len(acc))
+    tp = next(r for r in rows if r.regime == "benchmark")
+    assert tp.n == 4 and tp.mean == pytest.approx(0.9 - 0.75) and tp.verdict == claims.SUPPORTED
+    nosg = next(r for r in rows if r.claim.key == "nosg" and r.regime == "natural")
+    assert nosg.mean == 0.0  # neither collapses in the fake files: both count their full length
 
 
 def test_table_efficiency_reference_and_projection(tmp_path):

@@ -6,6 +6,8 @@
         --eval-dir results/small/eval --runs-dir results/small/runs --out results/small/tables/table_countdown.md  # + .tex
     python -m rspo report table table_main --preset configs/paper_large_math.yaml --eval-dir ... --out ...
     python -m rspo report table table_efficiency --preset configs/small.yaml --bench results/small/bench.json --out ...
+    python -m rspo report table table_claims --preset configs/small.yaml --eval-dir results/small/eval \
+        --runs-dir results/small/runs --bench results/small/bench.json --out results/small/tables/table_claims.md
 
 The runs a figure or table uses come from the preset (rspo.report.plan), exactly as Snakemake plans
 them; `--seeds 0 1 2` replaces the preset's seeds (Snakemake passes it for `--config seeds=[...]`),
@@ -36,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", required=True, help="preset YAML (configs/<name>.yaml)")
     t.add_argument("--eval-dir", help="results/<preset>/eval (table_main, table_countdown)")
     t.add_argument("--runs-dir", help="results/<preset>/runs (table_countdown: collapse flags from run.json)")
-    t.add_argument("--bench", help="results/<preset>/bench.json (table_efficiency)")
+    t.add_argument("--bench", help="results/<preset>/bench.json (table_efficiency, table_claims)")
     t.add_argument("--out", required=True, help="output .md; a .tex is written beside it")
     t.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
     return ap
@@ -59,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
             if not args.bench:
                 parser.error("table_efficiency needs --bench results/<preset>/bench.json")
             table = tables.table_efficiency(plan, args.bench)
+        elif args.name == "table_claims":
+            if not (args.eval_dir and args.runs_dir):
+                parser.error("table_claims needs --eval-dir and --runs-dir (and --bench for the throughput claim)")
+            from rspo.report.claims import table_claims
+
+            table = table_claims(plan, args.eval_dir, args.runs_dir, args.bench)
         else:
             if not args.eval_dir:
                 parser.error(f"{args.name} needs --eval-dir results/<preset>/eval")

@@ -2,8 +2,11 @@
 
 Each figure is a row (Fig. 6: a 2 x 2 grid) of line plots of one logged metric against the RL
 step. A line is one method (the run name without its seed); with several seeds it is the mean
-over seeds with a seeded bootstrap 95% band (``errorbar=("ci", 95), seed=0``), with one seed the
-raw curve. One colour per base algorithm, +RS dashed (rspo.report.style). PDF + PNG, byte-stable.
+over seeds with a band from the lowest to the highest seed at each step (min-max: with the 3
+seeds of a small study a bootstrap interval would claim more than 3 points can show), and the
+figure says so under its legend ("mean of n seeds; band: min-max over seeds"); with one seed the
+raw curve, and the note says "1 seed". One colour per base algorithm, +RS dashed
+(rspo.report.style). PDF + PNG, byte-stable.
 
 | figure | paper | panels (metric keys) |
 |---|---|---|
@@ -15,6 +18,9 @@ raw curve. One colour per base algorithm, +RS dashed (rspo.report.style). PDF + 
 | fig6_mechanism | Fig. 6 | router/shift_ratio_mean, router/shift_clipfrac, actor/ppo_kl, actor/pg_clipfrac |
 | fig7_entropy | Fig. 7 | actor/entropy |
 | fig8_routing | Fig. 8 | critic/score/mean, val/<set>/score |
+
+``<figure>_stress`` draws the same figure from the stress regime's runs (presets with a
+``stress`` section; not in the paper).
 
 Choices that are ours: curves are not smoothed (the paper does not say whether it smooths);
 a validation panel (``val/<set>/score``, the set ``val`` when logged, else the first one) is
@@ -35,7 +41,7 @@ import pandas as pd
 
 from rspo.jsonl import iter_jsonl
 from rspo.report import style
-from rspo.report.plan import FIGURES, Plan, Run
+from rspo.report.plan import FIGURES, Plan, Run, paper_figure
 
 import matplotlib.pyplot as plt  # noqa: E402  (after style: Agg backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -50,7 +56,15 @@ METRIC_LABELS = {
     "actor/ppo_kl": "ppo_kl",
     "actor/pg_clipfrac": "pg_clipfrac",
 }
-N_BOOT = 1000
+
+
+def min_max(values) -> tuple[float, float]:
+    """The band of a line over seeds: (lowest, highest) value at a step."""
+    return float(values.min()), float(values.max())
+
+
+def band_note(n_seeds: int) -> str:
+    return f"mean of n={n_seeds} seeds; band: min-max over seeds" if n_seeds > 1 else "1 seed"
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ def val_sets(frames: dict[str, pd.DataFrame]) -> list[str]:
 
 def run_style(figure: str, run: Run, plan: Plan, gammas: list[float]) -> tuple[str, tuple, object]:
     """(legend label, colour, dash pattern) of a run in a figure."""
+    figure = paper_figure(figure)
     label = plan.label(run.name)
     dash = style.DASHED if run.router_shift else style.SOLID
     color = style.ALGO_COLORS[run.algo]
@@ -113,6 +128,7 @@ def run_style(figure: str, run: Run, plan: Plan, gammas: list[float]) -> tuple[s
 
 
 def panels_for(figure: str, plan: Plan, runs: list[str]) -> list[Panel]:
+    figure = paper_figure(figure)
     if figure in ("fig1_reward",):
         return [Panel(REWARD)]
     if figure == "fig2_reward_large":
@@ -166,10 +182,11 @@ def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | P
     labels = list(dict.fromkeys(styles[n][0] for n in names))  # legend order = run order
     palette = {styles[n][0]: styles[n][1] for n in names}
     dashes = {styles[n][0]: styles[n][2] for n in names}
-    several_seeds = len({plan.runs[n].seed for n in names}) > 1
+    n_seeds = len({plan.runs[n].seed for n in names})
+    several_seeds = n_seeds > 1
 
     style.apply_theme()
-    ncols = 2 if figure == "fig6_mechanism" else len(panels)
+    ncols = 2 if paper_figure(figure) == "fig6_mechanism" else len(panels)
     nrows = math.ceil(len(panels) / ncols)
     width = min(style.PAGE_WIDTH, style.COLUMN_WIDTH * ncols) if ncols > 1 else style.COLUMN_WIDTH
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, style.PANEL_HEIGHT * nrows), squeeze=False)
@@ -196,7 +213,7 @@ def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | P
         sns.lineplot(
             data=data, x="step", y="value", hue="label", hue_order=present, style="label", style_order=present,
             palette={k: palette[k] for k in present}, dashes={k: dashes[k] for k in present},
-            estimator="mean", errorbar=("ci", 95) if several_seeds else None, n_boot=N_BOOT, seed=0, ax=ax,
+            estimator="mean", errorbar=min_max if several_seeds else None, ax=ax,
         )
         leg = ax.get_legend()
         if leg is not None:
@@ -213,6 +230,7 @@ def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | P
         ax.set_visible(False)
     order = [lab for lab in labels if lab in handles]
     fig.tight_layout()
-    fig.legend([handles[lab] for lab in order], order, loc="lower center", bbox_to_anchor=(0.5, 1.0),
-               ncol=min(len(order), 4), frameon=False)
+    legend = fig.legend([handles[lab] for lab in order], order, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                        ncol=min(len(order), 4), frameon=False)
+    legend.set_title(band_note(n_seeds))
     return style.save(fig, out_pdf)

@@ -34,7 +34,7 @@ from typing import Any
 
 from rspo import config as rcfg
 
-FIGURES: tuple[str, ...] = (
+PAPER_FIGURES: tuple[str, ...] = (
     "fig1_reward",
     "fig2_reward_large",
     "fig3_gamma_min",
@@ -44,7 +44,10 @@ FIGURES: tuple[str, ...] = (
     "fig7_entropy",
     "fig8_routing",
 )
-TABLES: tuple[str, ...] = ("table_main", "table_countdown", "table_efficiency")
+# The same Countdown figures drawn from the stress regime's runs (presets with a `stress` section).
+STRESS_FIGURES: tuple[str, ...] = tuple(f"{f}_stress" for f in PAPER_FIGURES if f != "fig2_reward_large")
+FIGURES: tuple[str, ...] = PAPER_FIGURES + STRESS_FIGURES
+TABLES: tuple[str, ...] = ("table_main", "table_countdown", "table_efficiency", "table_claims")
 TARGETS: tuple[str, ...] = FIGURES + TABLES
 
 # Which preset shape builds a target, for the error message when a preset cannot.
@@ -60,7 +63,14 @@ NEEDS: dict[str, str] = {
     "table_main": "a `main` grid family",
     "table_countdown": "Countdown runs",
     "table_efficiency": "a pretrained Countdown model (a `pretrain` section; `rspo bench` measures it)",
+    "table_claims": "Countdown runs of the `plugin` family (and a pretrained model for the throughput claim)",
 }
+NEEDS.update({f: "a `stress` section whose families include the figure's family" for f in STRESS_FIGURES})
+
+
+def paper_figure(figure: str) -> str:
+    """The paper figure a target draws (fig4_plugin_stress -> fig4_plugin)."""
+    return figure.removesuffix("_stress")
 
 # Job resources per rule kind; a preset's `resources.<kind>` mapping overrides any of these keys.
 # threads None -> the preset's top-level `threads` (torch threads of a job).
@@ -90,6 +100,8 @@ class Run:
     gamma_min: float
     stop_gradient: bool
     routing: str
+    regime: str = "natural"
+    """natural, or stress (the preset's `stress` overlay; names prefixed stress-)."""
 
     @property
     def method(self) -> str:
@@ -98,7 +110,13 @@ class Run:
 
 
 def method_label(run: Run, default_gamma: float = 0.8) -> str:
-    """Paper-style legend/table label: GRPO, GSPO+RS, RSPO (GMPO+RS), Router freeze, ..."""
+    """Paper-style legend/table label: GRPO, GSPO+RS, RSPO (GMPO+RS), Router freeze, ...; stress
+    regime runs end in " [stress]"."""
+    label = _method_label(run, default_gamma)
+    return label + " [stress]" if run.regime == "stress" else label
+
+
+def _method_label(run: Run, default_gamma: float) -> str:
     base = run.algo.upper()
     if run.routing != "none":
         label = {"freeze": "Router freeze", "logit_replay": "Logit replay", "index_replay": "Index replay"}[run.routing]
@@ -138,6 +156,7 @@ class Plan:
                     gamma_min=float(a["gamma_min"]),
                     stop_gradient=bool(a["stop_gradient"]),
                     routing=a["routing"],
+                    regime=str(ov.get("regime", "natural")),
                 )
 
     # ------------------------------------------------------------------ loading
@@ -180,6 +199,9 @@ class Plan:
             # GRPO, GSPO, GMPO and RSPO (= GMPO+RS): Figs. 1 and 7 of the paper.
             return [n for n in names if not self.runs[n].router_shift or self.runs[n].algo == "gmpo"]
 
+        if figure in STRESS_FIGURES:
+            names = rcfg.figure_runs(self.preset, figure, self.seeds) if figure in rcfg.FIGURE_FAMILIES else []
+            return paper_four(names) if paper_figure(figure) in ("fig1_reward", "fig7_entropy") else names
         if figure in ("fig1_reward", "fig7_entropy", "fig6_mechanism") and "plugin" not in self.families:
             if figure == "fig1_reward" or not self.main_tasks:
                 return []
@@ -202,6 +224,8 @@ class Plan:
             return {t: [n for n in self.family("main") if self.runs[n].task == t] for t in self.main_tasks}
         if table == "table_efficiency":
             return {}
+        if table == "table_claims":
+            return {"countdown": self.runs_of_task("countdown")} if "plugin" in self.families else {}
         raise ValueError(f"unknown table {table!r}; choose one of {list(TABLES)}")
 
     def available(self, target: str) -> bool:
@@ -209,6 +233,8 @@ class Plan:
             return bool(self.figure_runs(target))
         if target == "table_efficiency":
             return bool(self.preset.get("pretrain"))
+        if target == "table_claims":
+            return bool(self.table_runs(target)) and bool(self.preset.get("pretrain"))
         return bool(self.table_runs(target))
 
     def targets(self) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from rspo import config as rcfg
-from rspo.report.plan import FIGURES, NEEDS, Plan, validate_preset
+from rspo.report.plan import FIGURES, NEEDS, TABLES, Plan, validate_preset
 
 ROOT = Path(workflow.basedir)
 
@@ -209,12 +209,31 @@ def figure_inputs(fig):
 
 def table_inputs(table):
     need(table)
-    if table == "table_efficiency":
-        return {"bench": f"{R}/bench.json"}
-    evals = []
-    for task, runs in PLAN.table_runs(table).items():
-        evals += [f"{R}/eval/{name}/{task}.json" for name in ["base"] + runs]
-    return {"evals": evals}
+    inputs = {}
+    if table in ("table_efficiency", "table_claims"):
+        inputs["bench"] = f"{R}/bench.json"
+    if table != "table_efficiency":
+        evals = []
+        for task, runs in PLAN.table_runs(table).items():
+            evals += [f"{R}/eval/{name}/{task}.json" for name in ["base"] + runs]
+            evals += [f"{R}/runs/{name}/final.json" for name in runs]
+        inputs["evals"] = evals
+    return inputs
+
+
+def figure_caption(fig):
+    """A stress-regime figure has the caption of its paper figure."""
+    return f"../report/{fig.removesuffix('_stress')}.rst"
+
+
+def table_args(table, input):
+    """The report CLI's input options of a table."""
+    args = []
+    if table != "table_efficiency":
+        args += [f"--eval-dir {R}/eval", f"--runs-dir {R}/runs"]
+    if "bench" in input.keys():
+        args.append(f"--bench {input.bench}")
+    return " ".join(args)
 
 
 def all_targets():
