@@ -9,8 +9,8 @@ Item::
      "meta": dict}                        # benchmark-specific fields (starter code, entry point, ...)
 
 Math (the Dr. GRPO evaluation suite, sail-sg/understand-r1-zero ``datasets/evaluation_suite``,
-a ``save_to_disk`` DatasetDict; default path ``<repo>/../shared/data/math_eval_suite``, or
-``$RSPO_MATH_EVAL_SUITE``, or the ``path`` argument). Read with pyarrow (IPC stream files), so
+a ``save_to_disk`` DatasetDict, MIT; vendored in ``rspo/evaluate/data/math_eval_suite`` with its
+licence and source note, the default; or ``$RSPO_MATH_EVAL_SUITE``, or the ``path`` argument). Read with pyarrow (IPC stream files), so
 ``datasets`` is not needed:
 
 | name          | split          | rows | answer                                   |
@@ -63,8 +63,7 @@ from rspo.data.math import normalise_answer, read_rows
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MATH_SUITE = REPO_ROOT.parent / "shared" / "data" / "math_eval_suite"
+DEFAULT_MATH_SUITE = Path(__file__).resolve().parent / "data" / "math_eval_suite"
 MATH_SUITE_ENV = "RSPO_MATH_EVAL_SUITE"
 
 # benchmark name (paper) -> split of the Dr. GRPO suite
@@ -115,7 +114,7 @@ def _limit(items: list[dict], limit: int | None) -> list[dict]:
 # Math suite
 # ---------------------------------------------------------------------------------------------
 def math_suite_path(path: str | os.PathLike | None = None) -> Path:
-    """The suite directory: argument, else $RSPO_MATH_EVAL_SUITE, else <repo>/../shared/data/..."""
+    """The suite directory: argument, else $RSPO_MATH_EVAL_SUITE, else the vendored copy."""
     p = Path(path) if path is not None else Path(os.environ.get(MATH_SUITE_ENV, DEFAULT_MATH_SUITE))
     if not p.is_dir():
         raise FileNotFoundError(
