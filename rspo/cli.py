@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "report": "rspo.report.cli:main",
     "bench": "rspo.bench:main",
     "mlflow-init": "rspo.tracking:init_main",
+    "mlflow-ui": "rspo.tracking:ui_main",
 }
 
 HELP = """usage: python -m rspo <command> [args...]
@@ -35,6 +36,7 @@ commands:
   report       build a paper table or figure from run outputs
   bench        throughput / memory benchmark (prints a table + one JSON line)
   mlflow-init  create the MLflow store and experiment once, before jobs start
+  mlflow-ui    `mlflow ui` on a preset's store; prints the address of its runs table
 
 `python -m rspo <command> --help` describes a command's arguments.
 """
