@@ -2,6 +2,8 @@
 # `snakemake -f <target>` redraws one without re-training. Each target has a named rule
 # and a file target; a preset that lacks the runs a target needs stops with a message.
 # `python -m rspo report figure|table <name> ...` is the same command outside Snakemake.
+# `--mlflow` also logs each figure (PNG, PDF) and table (Markdown, LaTeX) into the preset's one
+# MLflow run named `report`, tagged `runs/<target>` with the runs it was built from.
 
 
 # Fig. 1: training reward vs step, GRPO / GSPO / GMPO / RSPO (Countdown).
@@ -27,7 +29,7 @@ rule fig1_reward:
         ENV_CPU
     shell:
         "python -m rspo report figure fig1_reward --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 2: training reward vs step of the math (and code) `main` runs.
@@ -53,7 +55,7 @@ rule fig2_reward_large:
         ENV_CPU
     shell:
         "python -m rspo report figure fig2_reward_large --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 3: validation score vs step for gamma_min in the sweep.
@@ -79,7 +81,7 @@ rule fig3_gamma_min:
         ENV_CPU
     shell:
         "python -m rspo report figure fig3_gamma_min --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 4: RS as a plug-in, GRPO/GSPO/GMPO solid, +RS dashed (same colour).
@@ -105,7 +107,7 @@ rule fig4_plugin:
         ENV_CPU
     shell:
         "python -m rspo report figure fig4_plugin --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 5 (Appendix B): gradient through gamma vs stop-gradient.
@@ -131,7 +133,7 @@ rule fig5_stopgrad:
         ENV_CPU
     shell:
         "python -m rspo report figure fig5_stopgrad --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 6: router shift ratio / shift clipfrac / ppo_kl / pg_clipfrac, GRPO vs RSPO.
@@ -157,7 +159,7 @@ rule fig6_mechanism:
         ENV_CPU
     shell:
         "python -m rspo report figure fig6_mechanism --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 7 (Appendix C): policy entropy vs step.
@@ -183,7 +185,7 @@ rule fig7_entropy:
         ENV_CPU
     shell:
         "python -m rspo report figure fig7_entropy --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Fig. 8 (Appendix D): router freeze, logit replay, index replay vs RSPO.
@@ -209,7 +211,7 @@ rule fig8_routing:
         ENV_CPU
     shell:
         "python -m rspo report figure fig8_routing --preset {params.preset} --runs-dir {params.runs} "
-        "--out {output.pdf} {params.seeds} > {log} 2>&1"
+        "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Table 1: Pass@1 on math and code benchmarks (paper numbers as reference rows).
@@ -237,7 +239,7 @@ rule table_main:
     shell:
         "python -m rspo report table table_main --preset {params.preset} "
         "--eval-dir {params.evals} --runs-dir {params.runs} {params.seeds} "
-        "--out {output.md} > {log} 2>&1"
+        "--out {output.md} --mlflow > {log} 2>&1"
 
 
 # Countdown accuracy of the base model and every run on val and val_target.
@@ -265,7 +267,7 @@ rule table_countdown:
     shell:
         "python -m rspo report table table_countdown --preset {params.preset} "
         "--eval-dir {params.evals} --runs-dir {params.runs} {params.seeds} "
-        "--out {output.md} > {log} 2>&1"
+        "--out {output.md} --mlflow > {log} 2>&1"
 
 
 # Sec. 5.5: throughput of RSPO vs GMPO and router-cache memory.
@@ -290,7 +292,7 @@ rule table_efficiency:
     shell:
         "python -m rspo report table table_efficiency --preset {params.preset} "
         "--bench {input.bench} "
-        "--out {output.md} > {log} 2>&1"
+        "--out {output.md} --mlflow > {log} 2>&1"
 
 
 # The issue's name for Fig. 4 ("plug-in, small setting").
