@@ -363,7 +363,11 @@ def ui_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args(argv)
     if args.preset:
-        _, experiment, uri = _preset_store(args.preset)
+        try:
+            _, experiment, uri = _preset_store(args.preset)
+        except (OSError, ValueError) as e:  # ConfigError is a ValueError
+            print(f"rspo mlflow-ui: {e}", file=sys.stderr)
+            return 2
     else:
         uri, experiment = args.uri, args.experiment
         if not experiment:
