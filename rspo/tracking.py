@@ -14,10 +14,12 @@ under a file lock.
 What the UI shows:
 - The experiment carries the tag ``mlflow.experimentKind = custom_model_development`` (the UI's
   "Machine learning" kind, whose experiment page is the runs table, not the GenAI traces
-  overview). The MLflow 3.17.2 UI derives the kind from its sidebar switch ("GenAI apps &
-  agents" / "Machine learning", kept in the browser, GenAI by default) and from the URL's
-  ``workflowType`` parameter, so ``experiment_url`` (printed by ``mlflow-init``) adds
-  ``?workflowType=machine_learning``; UIs that read the tag pick the same view from it.
+  overview). The MLflow 3.17.2 UI (its bundled JS hard-enables a flag under which the kind comes
+  from the workflow type) derives it from the sidebar switch "GenAI / Model training" (kept in
+  the browser's local storage, GenAI by default) or from the address's ``workflowType``
+  parameter, not from the tag; so ``experiment_url`` (printed by ``mlflow-init`` and
+  ``mlflow-ui``) adds ``?workflowType=machine_learning``. UIs that read the tag pick the same
+  view from it.
 - Every run records its source: ``mlflow.source.name`` (the ``rspo`` command),
   ``mlflow.source.type`` LOCAL, ``mlflow.source.git.commit`` (the Source and Version columns),
   ``mlflow.user`` and the full command line as tag ``command``.
