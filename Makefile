@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PRESET ?= small
 CORES ?= all
 
-.PHONY: venv sandbox test main smoke bench lint clean-venv
+.PHONY: venv sandbox test main smoke bench lint mlflow-ui clean-venv
 
 venv: $(STAMP)
 
@@ -39,6 +39,10 @@ bench: venv
 
 lint: venv
 	$(BIN)/snakemake --lint
+
+# mlflow ui on results/$(PRESET)/mlflow/mlflow.db; prints the address of the runs table
+mlflow-ui: venv
+	$(BIN)/python -m rspo mlflow-ui --preset $(PRESET)
 
 clean-venv:
 	rm -rf $(VENV)

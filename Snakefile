@@ -37,8 +37,8 @@ localrules:
     fig_plugin_small,
 
 
-# Create the MLflow store and the preset's experiment once, before any job starts: concurrent
-# jobs creating them race (see ../shared/notes/workflow_facts.md section 6).
+# Create the MLflow store, the preset's experiment and its report run once, before any job
+# starts: concurrent jobs creating them race (rspo/tracking.py).
 onstart:
     shell(f"python -m rspo mlflow-init --preset {PRESET_FILE}")
 

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "speed": "rspo.speed:main",
     "sweep": "rspo.sweep:main",
     "mlflow-init": "rspo.tracking:init_main",
+    "mlflow-ui": "rspo.tracking:ui_main",
 }
 
 HELP = """usage: python -m rspo <command> [args...]
@@ -39,6 +40,7 @@ commands:
   speed        RL step vs TRL's GRPOTrainer, plain training and generate (needs the bench extra)
   sweep        run regime-choosing trials from a sweep file and write the trial table
   mlflow-init  create the MLflow store and experiment once, before jobs start
+  mlflow-ui    `mlflow ui` on a preset's store; prints the address of its runs table
 
 `python -m rspo <command> --help` describes a command's arguments.
 """

@@ -10,6 +10,11 @@ GPU. Periodic checkpoints are atomic (temp folder + rename) and a rerun of the s
 resumes from the last one; held-out accuracy (greedy, scored by the task's verifier) and the loss
 go to MLflow and to ``<out>.work/metrics.jsonl``.
 
+Progress (``--quiet`` turns it off): a bar on a terminal, else a line every ~1% of the steps (and
+at each held-out evaluation) in the log, ``[pretrain countdown] step 370/3750 (9%) elapsed ...
+s/step 0.21 loss 0.412 loss_ema 0.45 lr 0.00098 acc -`` (rspo.progress; ``acc`` is the held-out
+accuracy, shown at evaluation steps). The MLflow run records the data files as dataset inputs.
+
 Output: a standard Hugging Face folder (safetensors, config, tokenizer, rspo_meta.json with the
 tokenizer fingerprint) that ``AutoModelForCausalLM.from_pretrained`` and vLLM load; the marker
 ``pretrain.json`` (summary: steps, wall time, final loss, held-out accuracy) is written last.
@@ -152,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     ap.add_argument("--no-mlflow", action="store_true")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (testing resume)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     return ap
 
 
@@ -188,6 +194,7 @@ def _load_task_data(task: str, data: str, fmt: str, seed: int):
 
 def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str, Any]:
     from rspo.models import build_model, load_balancing_loss, save_checkpoint, set_threads
+    from rspo.progress import Progress
     from rspo.router import capture_router_logits, router_spec
     from rspo.tokenizer import tokenizer_fingerprint
     from rspo.tracking import Tracker, default_tracking_uri
@@ -261,7 +268,12 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
         experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
         tracker = Tracker(default_tracking_uri(name), experiment, f"pretrain-{args.task}", run_id=run_id,
                           params={f"pretrain/{k}": json.dumps(v) for k, v in p.items()},
-                          tags={"kind": "pretrain", "task": args.task, "preset": name})
+                          tags={"kind": "pretrain", "task": args.task, "preset": name}, source="rspo pretrain")
+        if args.task == "countdown":
+            files = [(Path(args.data) / "train.jsonl", "training"), (Path(args.data) / "val.jsonl", "validation")]
+        else:  # the held-out records are a seeded sample of the same file
+            files = [(Path(args.data), "training")]
+        tracker.log_datasets([(f, c) for f, c in files if f.is_file()])
 
     def log(m: dict[str, float], s: int) -> None:
         with open(metrics_path, "a") as fh:
@@ -289,6 +301,7 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     t_loop = time.time()
     last_logged = step
     loss_ema = None
+    progress = Progress(f"pretrain {args.task}", total_steps, initial=step, quiet=getattr(args, "quiet", False))
     while step < total_steps:
         if args.max_steps and step >= args.max_steps:
             break
@@ -323,14 +336,18 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
                  "pretrain/lr": sched.get_last_lr()[0],
                  "pretrain/examples_per_s": (step - last_logged) * bs / max(1e-9, time.time() - t_loop)}, step)
             t_loop, last_logged = time.time(), step
+        shown = {"loss": loss.item(), "loss_ema": loss_ema, "lr": sched.get_last_lr()[0], "acc": None}
         if p["eval_every"] and step % p["eval_every"] == 0 and step < total_steps:
             model.eval()
             acc = heldout_accuracy(model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"])
             model.train()
             log({"pretrain/val_accuracy": acc["accuracy"]}, step)
+            shown["acc"] = acc["accuracy"]
+        progress.update(step, shown, force=shown["acc"] is not None)
         if step % p["ckpt_every"] == 0 and step < total_steps:
             save_ckpt()
     if args.max_steps and step < total_steps:
+        progress.close()
         save_ckpt()
         if tracker:
             tracker.end("KILLED")
@@ -338,6 +355,8 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     model.eval()
     acc = heldout_accuracy(model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"])
     log({"pretrain/val_accuracy": acc["accuracy"]}, step)
+    progress.update(step, {**progress.metrics, "acc": acc["accuracy"]}, force=True)
+    progress.close()
     wall = time.time() - t_start
     summary = {"task": args.task, "steps": step, "examples": step * bs, "final_loss_ema": loss_ema,
                "heldout": acc, "wall_time_s": wall, "tokenizer_fingerprint": fp,

@@ -405,3 +405,20 @@ def test_killed_run_leaves_no_file_that_looks_done(tmp_path, monkeypatch):
     assert not (out / "meta.json").exists()  # the stale meta of the first run is gone
     assert len(_read(out / "train.jsonl")) == 20  # the old file is untouched, not half-rewritten
     assert not list(out.glob(".*tmp"))
+
+
+def test_cli_in_a_log_writes_parseable_progress_lines_per_split(tmp_path, capsys):
+    from rspo.progress import parse_line
+
+    sizes = {"train": 300, "val": 20, "val_target": 10}
+    assert main(["--out", str(tmp_path / "a"), "--num-numbers", "3", "--train-size", "300", "--val-size", "20",
+                 "--val-target-size", "10", "--seed", "1"]) == 0
+    rows = [r for r in map(parse_line, capsys.readouterr().err.splitlines()) if r is not None]
+    for split, size in sizes.items():
+        mine = [r for r in rows if r["label"] == f"generate {split}"]
+        assert mine[0]["step"] == 1 and mine[-1]["step"] == mine[-1]["total"] == size, mine
+        assert {r["unit"] for r in mine} == {"record"}
+    assert [r["step"] for r in rows if r["label"] == "generate train"] == [1] + list(range(3, 301, 3))
+    assert main(["--out", str(tmp_path / "b"), "--num-numbers", "3", "--train-size", "30", "--val-size", "5",
+                 "--val-target-size", "5", "--quiet"]) == 0
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if parse_line(ln)]

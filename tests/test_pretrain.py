@@ -104,3 +104,38 @@ def test_evaluate_countdown_writes_accuracy_reasons_and_samples(setup, tmp_path)
         assert 0.0 <= split["accuracy"] <= 1.0 and split["n"] == 8
         assert sum(split["reasons"].values()) == 8
         assert split["samples"] and {"prompt", "completion", "score", "reason"} <= set(split["samples"][0])
+
+
+def test_pretraining_and_evaluation_in_a_log_write_parseable_progress_lines(setup, tmp_path, capsys):
+    """Not a terminal: pretraining writes a line per step here (20 steps < 100) with the loss, the
+    last one with the held-out accuracy; evaluation a line per batch of each split, ending with
+    the split's accuracy; --quiet silences both."""
+    from rspo.evaluate.cli import main as evaluate
+    from rspo.progress import parse_line
+
+    root, preset = setup
+    out = tmp_path / "base"
+    assert _run(setup, out) == 0
+    rows = [r for r in map(parse_line, capsys.readouterr().err.splitlines()) if r is not None]
+    assert [r["step"] for r in rows] == list(range(1, 21)) + [20]
+    assert {r["label"] for r in rows} == {"pretrain countdown"} and {r["total"] for r in rows} == {20}
+    losses = _losses(out)
+    assert rows[0]["metrics"]["loss"] == pytest.approx(losses[0], rel=1e-3)
+    assert all(isinstance(r["metrics"]["loss"], float) and r["metrics"]["acc"] is None for r in rows[:-1])
+    summary = json.loads((out / "pretrain.json").read_text())
+    assert rows[-1]["metrics"]["acc"] == pytest.approx(summary["heldout"]["accuracy"], abs=1e-4)
+
+    res_path = tmp_path / "eval" / "countdown.json"
+    args = ["countdown", "--preset", str(preset), "--model", str(out), "--data", str(root / "data"),
+            "--out", str(res_path), "--no-mlflow", "--max-new-tokens", "6"]
+    assert evaluate(args) == 0
+    rows = [r for r in map(parse_line, capsys.readouterr().err.splitlines()) if r is not None]
+    res = json.loads(res_path.read_text())
+    for split in ("val", "val_target"):
+        mine = [r for r in rows if r["label"] == f"eval countdown base {split}"]
+        assert mine and mine[-1]["step"] == mine[-1]["total"] == 8 and mine[-1]["unit"] == "prompt"
+        assert mine[-1]["metrics"]["acc"] == pytest.approx(res["splits"][split]["accuracy"], abs=1e-4)
+
+    assert _run(setup, tmp_path / "quiet", "--quiet", "--set", "examples=64") == 0
+    assert evaluate([*args, "--quiet"]) == 0
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if parse_line(ln)]

@@ -361,3 +361,44 @@ def test_cli_rejects_unbuildable_table(tmp_path, capsys):
                       "--eval-dir", str(tmp_path), "--out", str(tmp_path / "t.md")])
     assert rc == 2
     assert "main" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- MLflow report run
+
+
+def test_mlflow_flag_logs_every_file_into_one_report_run_tagged_with_its_runs(smoke, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    plan, root = smoke
+    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # one eval JSON names its model as `rspo evaluate` writes it: the eval run is named from it
+    cd_eval = tmp_path / "eval"
+    for task, runs in plan.table_runs("table_countdown").items():
+        for name in ["base"] + runs:
+            write_fake_eval(cd_eval, plan, name, task)
+    base = json.loads((cd_eval / "base" / "countdown.json").read_text())
+    (cd_eval / "base" / "countdown.json").write_text(json.dumps({**base, "model": "results/smoke/models/base"}))
+    preset = str(CONFIGS / "smoke.yaml")
+    for fig in ("fig1_reward", "fig6_mechanism"):
+        assert report_main(["figure", fig, "--preset", preset, "--runs-dir", str(root / "runs"),
+                            "--out", str(tmp_path / "figures" / f"{fig}.pdf"), "--mlflow"]) == 0
+    assert report_main(["table", "table_countdown", "--preset", preset, "--eval-dir", str(cd_eval),
+                        "--runs-dir", str(root / "runs"), "--out", str(tmp_path / "tables" / "t.md"), "--mlflow"]) == 0
+    assert report_main(["table", "table_countdown", "--preset", preset, "--eval-dir", str(cd_eval), "--out",
+                        str(tmp_path / "no_mlflow.md")]) == 0  # without the flag: nothing logged
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(plan.preset["mlflow"]["experiment"])
+    runs = client.search_runs([exp.experiment_id])
+    assert [r.info.run_name for r in runs] == ["report"]
+    run = runs[0]
+    arts = {a.path for d in ("figures", "tables") for a in client.list_artifacts(run.info.run_id, d)}
+    assert arts == {"figures/fig1_reward.png", "figures/fig1_reward.pdf", "figures/fig6_mechanism.png",
+                    "figures/fig6_mechanism.pdf", "tables/t.md", "tables/t.tex"}
+    tags = run.data.tags
+    assert tags["runs/fig1_reward"].split(", ") == plan.figure_runs("fig1_reward")
+    assert tags["runs/fig6_mechanism"].split(", ") == plan.figure_runs("fig6_mechanism")
+    assert tags["runs/table_countdown"].split(", ") == (
+        ["eval-countdown-base"] + [f"eval-countdown-{n}" for n in plan.table_runs("table_countdown")["countdown"]])
+    assert "**fig1_reward**" in tags["mlflow.note.content"] and "**table_countdown**" in tags["mlflow.note.content"]

@@ -2,6 +2,7 @@
 on-policy neutrality, resume equivalence, non-finite handling, config errors, MLflow logging."""
 
 import dataclasses
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -205,6 +206,52 @@ def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):
         assert key in run.data.metrics
     info = json.loads((out / "run.json").read_text())
     assert info["mlflow_run_id"] == run.info.run_id
+    # the UI's Source / Version columns, the Dataset column, and the runs table as the experiment's view
+    assert run.data.tags["mlflow.source.name"] == "rspo train" and run.data.tags["mlflow.source.type"] == "LOCAL"
+    assert run.data.tags["mlflow.source.git.commit"] == run.data.tags["git_commit"]
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    inputs = {(d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]): d.dataset
+              for d in client.get_run(run.info.run_id).inputs.dataset_inputs}
+    assert set(inputs) == {("data/train", "training"), ("data/val", "validation")}
+    train = assets / "data" / "train.jsonl"
+    assert inputs[("data/train", "training")].digest == hashlib.sha256(train.read_bytes()).hexdigest()[:10]
+    assert json.loads(inputs[("data/train", "training")].source)["uri"] == str(train.resolve())
+    assert json.loads(inputs[("data/train", "training")].profile)["num_rows"] == 64
+
+
+def test_cli_run_in_a_log_writes_one_parseable_progress_line_per_step(assets, tmp_path, capsys):
+    """Not a terminal (pytest captures stderr, as a Snakemake log does): one plain line per step,
+    plus the validation before the first step, with the numbers of metrics.jsonl; --quiet: none."""
+    from rspo.progress import parse_line
+    from rspo.train.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["--preset", str(root / "configs" / "smoke.yaml"), "--run", "gmpo-rs0.8-s0",
+            "--base-model", str(assets / "base"), "--train-data", str(assets / "data" / "train.jsonl"),
+            "--val", f"val={assets / 'data' / 'val.jsonl'}", "--set", "rollout.max_new_tokens=6", "--no-mlflow"]
+    out = tmp_path / "run"
+    assert main([*args, "--out", str(out), "--set", "schedule.total_steps=3", "--set", "schedule.val_every=2"]) == 0
+    captured = capsys.readouterr()
+    rows = [r for r in map(parse_line, captured.err.splitlines()) if r is not None]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert {r["label"] for r in rows} == {"train gmpo-rs0.8-s0"} and {r["total"] for r in rows} == {3}
+    logged = {r["step"]: r for r in read_metrics(out)}
+    for r in rows:
+        m = r["metrics"]
+        assert list(m) == ["s/step", "reward", "val", "gamma", "gamma_clip", "ppo_kl", "clipfrac", "entropy"]
+        assert (m["val"] is None) == (r["step"] == 1)  # validation at 0, 2 and the last step
+        if m["val"] is not None:
+            assert m["val"] == pytest.approx(logged[r["step"]]["val/val/score"], abs=1e-4)
+        if r["step"] > 0:
+            assert r["eta_s"] is not None and r["metrics"]["s/step"] > 0
+            assert m["reward"] == pytest.approx(logged[r["step"]]["critic/score/mean"], rel=1e-3, abs=1e-4)
+            assert m["gamma"] == pytest.approx(logged[r["step"]]["router/shift_ratio_mean"], rel=1e-3)
+            for key in ("gamma_clip", "ppo_kl", "clipfrac", "entropy"):
+                assert isinstance(m[key], float), (key, r)
+    assert json.loads(captured.out.strip().splitlines()[-1])["steps"] == 3  # stdout keeps the JSON line
+
+    assert main([*args, "--out", str(tmp_path / "quiet"), "--set", "schedule.total_steps=1", "--quiet"]) == 0
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if parse_line(ln)]
 
 
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "gmpo"])

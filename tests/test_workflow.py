@@ -231,7 +231,9 @@ def test_report_rules_run_on_fake_outputs_and_make_an_html_report(ws):
 def test_smoke_dag_end_to_end_with_the_library(ws):
     """The whole smoke DAG with the real `python -m rspo` commands (~4 min on 2 cores): data ->
     tokenizer -> pretrain (Countdown, math, code) -> every run of the grid -> evaluation -> every
-    table and figure, non-empty; every run lands in the preset's MLflow store, none in the cwd."""
+    table and figure, non-empty; every run lands in the preset's MLflow store, none in the cwd,
+    with its source and datasets, the report run holds every figure and table, and the job logs
+    show per-step progress."""
     r = snakemake(ws, "--cores", "2", "--config", "preset=smoke", timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     res = ws / "results" / "smoke"
@@ -256,6 +258,34 @@ def test_smoke_dag_end_to_end_with_the_library(ws):
     for name in plan.runs:
         assert found[name].info.status == "FINISHED"
         assert "router/shift_ratio_mean" in found[name].data.metrics
+        # the runs table's Source and Dataset columns are filled
+        assert found[name].data.tags["mlflow.source.name"] == "rspo train"
+        contexts = {[t.value for t in d.tags][0] for d in client.get_run(found[name].info.run_id).inputs.dataset_inputs}
+        assert "training" in contexts, name
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    # one report run holds every figure (PNG) and table (Markdown), tagged with its runs
+    report = found["report"]
+    arts = {a.path for d in ("figures", "tables") for a in client.list_artifacts(report.info.run_id, d)}
+    for target in plan.targets():
+        assert (f"figures/{target}.png" if target.startswith("fig") else f"tables/{target}.md") in arts, target
+        if target != "table_efficiency":
+            assert report.data.tags[f"runs/{target}"], target
+    # every long job's log shows its progress, one parseable line per step of each RL run
+    from rspo.progress import parse_line
+
+    def progress(log: Path) -> list[dict]:
+        return [r for r in map(parse_line, log.read_text().splitlines()) if r is not None]
+
+    for name in plan.runs:
+        rows = progress(res / "logs" / "train" / f"{name}.log")
+        total = rows[-1]["total"]
+        assert [r["step"] for r in rows if r["step"] > 0] == list(range(1, total + 1)), name
+        assert all(isinstance(r["metrics"]["reward"], float) for r in rows if r["step"] > 0), name
+    rows = progress(res / "logs" / "pretrain" / "base.log")
+    assert rows[-1]["step"] == rows[-1]["total"] and isinstance(rows[-1]["metrics"]["acc"], float)
+    assert progress(res / "logs" / "eval" / "base.countdown.log")[-1]["metrics"]["acc"] is not None
+    assert {r["label"] for r in progress(res / "logs" / "data" / "countdown.log")} == {
+        "generate train", "generate val", "generate val_target"}
 
     # reruns follow what changed: nothing, then an eval edit (no retraining, no pretraining),
     # then an RL edit (every run retrains; data and pretraining stay)

@@ -645,13 +645,17 @@ def _write_atomic(path: Path, lines: Iterable[str]) -> None:
 
 
 def generate(
-    cfg: CountdownConfig, out_dir: str | os.PathLike, workers: int = 1, traces: bool = True
+    cfg: CountdownConfig, out_dir: str | os.PathLike, workers: int = 1, traces: bool = True,
+    progress: bool = False,
 ) -> dict:
     """Generate all splits into `out_dir` ({split}.jsonl, then meta.json); returns the meta dict.
 
     Records are streamed to disk chunk by chunk (a 500k-record train split with traces is
     ~5 GB). meta.json is removed first and written last, so its presence means complete.
+    `progress` shows a bar (terminal) or log lines per split (rspo.progress).
     """
+    from rspo.progress import Progress
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"
@@ -671,14 +675,16 @@ def generate(
         exclude = train_solutions if split == "val" else ()
         counts[split] = 0
 
-        def lines(split=split, size=size, targets=targets, exclude=exclude):
+        def lines(split=split, size=size, targets=targets, exclude=exclude, bar=None):
             for rec in iter_split(cfg, split, size, targets, workers, exclude, traces):
                 if split == "train":
                     train_solutions.add(",".join(rec["solution"]))
                 counts[split] += 1
+                bar.update(counts[split])
                 yield json.dumps(rec) + "\n"
 
-        _write_atomic(out / f"{split}.jsonl", lines())
+        with Progress(f"generate {split}", size, unit="record", quiet=not progress) as bar:
+            _write_atomic(out / f"{split}.jsonl", lines(bar=bar))
         timings[split] = time.perf_counter() - t0
     meta = {
         "task": "countdown",
@@ -847,6 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
         ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=types[name], default=None,
                         help=f"(default {default})")
     ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     ap.add_argument("--no-traces", dest="traces", action="store_false",
                     help="omit search_path/optimal_path/rating/search_type (rebuilt on demand by "
                          "format_completion); ~10x smaller and faster for 4 numbers")
@@ -869,7 +876,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         parser.error(str(e))  # exits with status 2 and the message on stderr
     t0 = time.perf_counter()
-    meta = generate(cfg, args.out, workers=args.workers, traces=args.traces)
+    meta = generate(cfg, args.out, workers=args.workers, traces=args.traces, progress=not args.quiet)
     summary = {"out": str(args.out), "counts": meta["counts"],
                "seconds": round(time.perf_counter() - t0, 2)}
     print(json.dumps(summary))

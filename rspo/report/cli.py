@@ -12,6 +12,11 @@
 The runs a figure or table uses come from the preset (rspo.report.plan), exactly as Snakemake plans
 them; `--seeds 0 1 2` replaces the preset's seeds (Snakemake passes it for `--config seeds=[...]`),
 `--runs a b c` draws a figure from an explicit list instead.
+
+`--mlflow` (the Snakemake rules pass it) also logs the PNG and PDF of a figure, or the Markdown and
+LaTeX of a table, into the preset's MLflow report run (one run named `report`, rspo.tracking
+`log_report`), tagged `runs/<name>` with the MLflow runs it was built from: the training runs of a
+figure, the evaluation runs (`eval-<task>-<model>`) of a table.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, help="output .pdf; a .png is written beside it")
     f.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
     f.add_argument("--runs", nargs="+", help="draw these runs instead of the preset's selection")
+    f.add_argument("--mlflow", action="store_true", help="also log the figure into the preset's MLflow report run")
     t = sub.add_parser("table", help="one paper table (Markdown + LaTeX)")
     t.add_argument("name", choices=TABLES)
     t.add_argument("--preset", required=True, help="preset YAML (configs/<name>.yaml)")
@@ -41,7 +47,35 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--bench", help="results/<preset>/bench.json (table_efficiency, table_claims)")
     t.add_argument("--out", required=True, help="output .md; a .tex is written beside it")
     t.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
+    t.add_argument("--mlflow", action="store_true", help="also log the table into the preset's MLflow report run")
     return ap
+
+
+def _table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
+    """MLflow names of the evaluation runs a table reads (eval-<task>-<model label>)."""
+    import json
+    from pathlib import Path
+
+    from rspo.evaluate.cli import eval_run_name
+
+    out = []
+    for task, runs in plan.table_runs(name).items():
+        for run in ["base"] + runs:
+            path = Path(eval_dir or ".") / run / f"{task}.json"
+            try:
+                model = json.loads(path.read_text()).get("model") or run
+            except (OSError, ValueError, AttributeError):
+                model = run
+            out.append(eval_run_name(task, str(model)))
+    return out
+
+
+def _log_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -> None:
+    from rspo.tracking import default_tracking_uri, log_report
+
+    experiment = (plan.preset.get("mlflow") or {}).get("experiment", f"rspo-{plan.name}")
+    run_id = log_report(default_tracking_uri(plan.name), experiment, plan.name, target, files, built_from)
+    print(f"logged {target} into MLflow run {run_id} (report)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
             pdf, png = build_figure(args.name, plan, args.runs_dir, args.out, runs=args.runs)
             print(f"wrote {pdf} and {png}")
+            if args.mlflow:
+                _log_mlflow(plan, args.name, [png, pdf], list(args.runs or plan.figure_runs(args.name)))
             return 0
         from rspo.report import tables
 
@@ -76,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 table = tables.table_countdown(plan, args.eval_dir, args.runs_dir)
         md, tex = tables.write(table, args.out)
         print(f"wrote {md} and {tex}")
+        if args.mlflow:
+            _log_mlflow(plan, args.name, [md, tex], _table_sources(plan, args.name, args.eval_dir))
         return 0
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"rspo report: error: {e}", file=sys.stderr)

@@ -30,8 +30,11 @@ def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
 
 def load_generator(model_dir: str, backend: str = "hf", *, max_new_tokens: int = 512, top_p: float = 1.0,
                    dtype: str = "float32", device: str = "auto", batch_size: int = 64,
-                   seed: int = 0) -> Callable[[list[str], int, float], list[list[str]]]:
-    """A ``generate_fn(prompts, n, temperature) -> list[list[str]]`` for evaluation suites."""
+                   seed: int = 0, progress: Callable[[int], None] | None = None,
+                   ) -> Callable[[list[str], int, float], list[list[str]]]:
+    """A ``generate_fn(prompts, n, temperature) -> list[list[str]]`` for evaluation suites.
+
+    ``progress(k)`` is called after each batch with the number of prompts it answered."""
     from rspo.models import load_model, load_tokenizer_checked
 
     tokenizer = load_tokenizer_checked(model_dir)
@@ -49,6 +52,8 @@ def load_generator(model_dir: str, backend: str = "hf", *, max_new_tokens: int =
                                     seed=seed * 1_000_003 + calls["k"])
             for i in range(len(chunk)):
                 out.append(batch.responses[i * n : (i + 1) * n])
+            if progress is not None:
+                progress(len(chunk))
         return out
 
     return generate_fn

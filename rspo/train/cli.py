@@ -11,6 +11,10 @@ Data parallel: launch the same command under torchrun, e.g.
 ``torchrun --standalone --nproc-per-node 2 -m rspo train ...`` (gloo on CPU, NCCL on GPUs). The
 model is sharded with FSDP2, ``--threads`` is the job's total and is split over the processes,
 and rank 0 writes the run folder and the MLflow run.
+
+Progress (rank 0; off with ``--quiet``): a bar on a terminal, else one line per step in the log,
+``[train <run>] step 12/80 (15%) elapsed 0:00:14 eta 0:01:19 s/step 1.12 reward 0.531 val - ...``
+(rspo.progress). The MLflow run records the training and validation files as dataset inputs.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of the job, split over torchrun processes (sets model.threads)")
     ap.add_argument("--no-mlflow", action="store_true", help="write metrics.jsonl only")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     return ap
 
 
@@ -73,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         experiment = (preset.get("mlflow") or {}).get("experiment", cfg.tracking.experiment)
 
         def factory(**kw):
-            return Tracker(uri, experiment, **kw)
+            tracker = Tracker(uri, experiment, source="rspo train", **kw)
+            files = [(cfg.data.train_path, "training")] + [(p, "validation") for p in cfg.data.val_paths.values()]
+            tracker.log_datasets([(p, c) for p, c in files if Path(p).is_file()])
+            return tracker
 
     try:
-        trainer = Trainer(cfg, args.out, tracker_factory=factory)
+        trainer = Trainer(cfg, args.out, tracker_factory=factory, quiet=args.quiet)
     except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
         print(f"rspo train: {e}", file=sys.stderr)
         return 2

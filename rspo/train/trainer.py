@@ -74,6 +74,7 @@ from rspo.models import (
     save_checkpoint,
     set_threads,
 )
+from rspo.progress import Progress, train_progress_metrics
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.base import pack_rows, stop_token_ids
 from rspo.seeding import derive_seed
@@ -109,8 +110,10 @@ class TooManyNonFinite(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, tracker_factory=None, task: Task | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, tracker_factory=None, task: Task | None = None,
+                 quiet: bool = False) -> None:
         self.cfg = cfg
+        self.quiet = quiet  # no progress lines (rspo.progress) when True
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         set_threads(cfg.model.threads)
@@ -641,28 +644,39 @@ class Trainer:
         if self.tracker:
             self.tracker.log_artifact(self.out / "config.json")
         sc = cfg.schedule
+        # rank 0 shows a bar on a terminal, one line per step in a log (rspo.progress)
+        progress = Progress(f"train {cfg.run_name}", sc.total_steps, initial=self.step, quiet=self.quiet,
+                            enabled=main, every=1)
+        val_names = list(self.val_records)
         try:
             if self.step == 0 and sc.val_every and self.val_records:
-                self._log(self.validate(), 0)
+                val0 = self.validate()
+                self._log(val0, 0)
+                progress.update(0, train_progress_metrics(val0, val_names), force=True)
             while self.step < sc.total_steps:
                 metrics = self.train_step()
                 self.step += 1
                 fired = self.collapse.update(self.step, metrics)
                 metrics["train/collapse"] = float(self.collapse.fired)
                 if fired:
+                    progress.write(f"[train {cfg.run_name}] collapse detected at step {self.collapse.step}")
                     if self.tracker:
                         self.tracker.set_tag("collapse", "true")
                         self.tracker.set_tag("collapse_step", self.collapse.step)
                 if self.val_records and sc.val_every and (self.step % sc.val_every == 0 or self.step == sc.total_steps):
                     metrics.update(self.validate())
                 self._log(metrics, self.step)
+                progress.update(self.step, train_progress_metrics(metrics, val_names),
+                                force=any(k.startswith("val/") for k in metrics))
                 if sc.ckpt_every and (self.step % sc.ckpt_every == 0) and self.step < sc.total_steps:
                     self._save_checkpoint()
             self._save_final({**read_meta(cfg.model.path), "run": info})
         except BaseException as e:
+            progress.close()
             if self.tracker:
                 self.tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
+        progress.close()
         last: dict[str, float] = {}
         if main:  # the whole file: a resumed run's earlier steps are in it, not in memory
             for ln in self.metrics_path.read_text().splitlines():

@@ -2,6 +2,8 @@
 # `snakemake -f <target>` redraws one without re-training. Each target has a named rule
 # and a file target; a preset that lacks the runs a target needs stops with a message.
 # `python -m rspo report figure|table <name> ...` is the same command outside Snakemake.
+# `--mlflow` also logs each figure (PNG, PDF) and table (Markdown, LaTeX) into the preset's one
+# MLflow run named `report`, tagged `runs/<target>` with the runs it was built from.
 # One rule per figure, defined in a loop; each has its caption in workflow/report/<figure>.rst
 # (a stress-regime figure shares the caption of its paper figure, plus report/stress.rst).
 
@@ -37,7 +39,7 @@ for _fig in FIGURES:
             ENV_CPU
         shell:
             "python -m rspo report figure {params.fig} --preset {params.preset} --runs-dir {params.runs} "
-            "--out {output.pdf} {params.seeds} > {log} 2>&1"
+            "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
 
 
 # Tables: table_main (Table 1, paper numbers as reference rows), table_countdown (Countdown
@@ -70,7 +72,7 @@ for _table in TABLES:
             ENV_CPU
         shell:
             "python -m rspo report table {params.table} --preset {params.preset} {params.args} "
-            "{params.seeds} --out {output.md} > {log} 2>&1"
+            "{params.seeds} --out {output.md} --mlflow > {log} 2>&1"
 
 
 # The issue's name for Fig. 4 ("plug-in, small setting").

@@ -1,0 +1,137 @@
+"""Load an experiment's page of `mlflow ui` in headless Chromium; check what the runs table lists.
+
+    python scripts/mlflow_ui_check.py --preset smoke --expect grpo-s0 countdown/train \
+        --screenshot docs/images/mlflow_runs.png
+    python scripts/mlflow_ui_check.py --uri sqlite:////tmp/x/mlflow.db --experiment rspo-smoke --expect ...
+
+Starts `python -m rspo mlflow-ui` (the address it prints is the one a user opens) on a free
+port, loads that address with `chromium --headless --dump-dom` until every `--expect` text is on
+the rendered page (or the attempts run out), optionally saves a screenshot, stops the server and
+prints one JSON line {url, found, missing}. Exit status 0 when nothing is missing, 1 otherwise,
+2 when Chromium or the server cannot start. Chromium: $CHROMIUM, else `chromium` on PATH
+(scripts/install_chromium.sh installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--hide-scrollbars"]
+
+
+def chromium() -> str | None:
+    for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(base: str, proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def browse(binary: str, url: str, out_flag: str, budget_ms: int, size: str, timeout: float) -> str:
+    with tempfile.TemporaryDirectory(prefix="rspo-chromium-") as profile:
+        r = subprocess.run([binary, *FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
+                            f"--virtual-time-budget={budget_ms}", out_flag, url],
+                           capture_output=True, text=True, timeout=timeout)
+    return r.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="a preset name or configs/<p>.yaml (its store under results/)")
+    src.add_argument("--uri", help="tracking URI (with --experiment)")
+    ap.add_argument("--experiment", default="")
+    ap.add_argument("--expect", nargs="*", default=[], help="texts the rendered runs page must contain")
+    ap.add_argument("--dom", help="write the rendered page's HTML here")
+    ap.add_argument("--screenshot", help="write a PNG of the page here")
+    ap.add_argument("--size", default="1600,900", help="browser window WIDTH,HEIGHT")
+    ap.add_argument("--attempts", type=int, default=3)
+    ap.add_argument("--server-timeout", type=float, default=120.0)
+    args = ap.parse_args(argv)
+
+    binary = chromium()
+    if binary is None:
+        print(json.dumps({"error": "chromium not found (bash scripts/install_chromium.sh)"}))
+        return 2
+    port = free_port()
+    cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--port", str(port)]
+    cmd += ["--preset", args.preset] if args.preset else ["--uri", args.uri, "--experiment", args.experiment]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True)
+    try:
+        first = proc.stdout.readline()
+        try:
+            url = json.loads(first)["ui"]
+        except (ValueError, KeyError):
+            log.seek(0)
+            print(json.dumps({"error": f"rspo mlflow-ui did not start: {first!r} {log.read()[-2000:]}"}))
+            return 2
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # never let the pipe fill up
+        if not wait_healthy(f"http://127.0.0.1:{port}", proc, args.server_timeout):
+            log.seek(0)
+            print(json.dumps({"error": f"mlflow ui did not become healthy: {log.read()[-2000:]}"}))
+            return 2
+        html, missing = "", list(args.expect)
+        for attempt in range(args.attempts):
+            html = browse(binary, url, "--dump-dom", 15000 * (attempt + 1), args.size, 180)
+            missing = [t for t in args.expect if t not in html]
+            if not missing:
+                break
+        if args.dom:
+            Path(args.dom).write_text(html)
+        if args.screenshot:
+            out = Path(args.screenshot).resolve()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            browse(binary, url, f"--screenshot={out}", 30000, args.size, 180)
+        print(json.dumps({"url": url, "found": [t for t in args.expect if t not in missing], "missing": missing}))
+        return 1 if missing else 0
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # mlflow ui and its workers: the session we started
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
