@@ -34,8 +34,12 @@ main: venv sandbox
 smoke: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=smoke
 
+# Sec. 5.5 (RSPO vs GMPO) and the speed benchmark against TRL, plain training and generate, on
+# the preset's pretrained model (trained first if missing); installs the optional TRL extra.
 bench: venv
-	$(BIN)/python -m rspo bench
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) --forcerun bench bench_speed -- \
+		results/$(PRESET)/bench.json results/$(PRESET)/speed.json
 
 lint: venv
 	$(BIN)/snakemake --lint

@@ -67,9 +67,10 @@ def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, 
 
 
 def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 8,
-              threads: int = 2, out: str | None = None, data_parallel: int = 0) -> dict[str, Any]:
+              threads: int = 2, out: str | None = None, data_parallel: int = 0, quiet: bool = False) -> dict[str, Any]:
     from rspo.config import load_train_config
     from rspo.models import set_threads
+    from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 
     set_threads(threads)
@@ -87,13 +88,17 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
             cfg = load_train_config(preset_path, None, overrides)
             trainers[label] = Trainer(cfg, work / label)
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in CONFIGS}
+        progress = Progress("bench", total=steps + 1, unit="round", quiet=quiet, every=1)
         for label, tr in trainers.items():  # warm-up step each (allocations, first-call overheads)
             tr.train_step()
             tr.step += 1
-        for _ in range(steps):
+        progress.update(1)
+        for i in range(steps):
             for label, tr in trainers.items():
                 samples[label].append(tr.train_step())
                 tr.step += 1
+            progress.update(i + 2, {k: f"{samples[k][-1]['perf/step_s']:.3f}s" for k in CONFIGS})
+        progress.close()
         dp_result, dp_lines = None, []
         if data_parallel > 1:
             dp_result, dp_lines = run_dp_bench(preset_path, model_dir, data_dir, work, nproc=data_parallel,
@@ -209,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--data-parallel", type=int, default=0, metavar="N",
                     help="also compare 1 process with N torchrun processes (0: skip)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
     run_bench(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads, out=args.out,
-              data_parallel=args.data_parallel)
+              data_parallel=args.data_parallel, quiet=args.quiet)
     return 0

@@ -142,18 +142,16 @@ class _Generate:
         return wall, int(response_mask_from_ids(resp, stop_token_ids(self.tok)).sum())
 
 
+CONTENDERS = ("rspo", "trl", "raw train", "generate")
+
+
 def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *, steps: int, threads: int,
-                label: str) -> dict[str, Any]:
+                label: str, contenders: tuple[str, ...] = CONTENDERS, quiet: bool = False) -> dict[str, Any]:
     """One table: every contender on one model, alternating step by step."""
     import torch
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     from rspo.config import load_train_config
-    from rspo.data.countdown import format_prompt, load_split
-    from rspo.models import load_model
-    from rspo.rewards.countdown import score
+    from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 
     overrides = [f"model.path={json.dumps(str(model_dir))}",
@@ -165,44 +163,80 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
     torch.set_num_threads(threads)
     sc, G = cfg.schedule, cfg.rollout.group_size
     updates = sc.prompts_per_step // sc.mini_batch_prompts
-    raw = _Raw(model_dir, 1e-5, cfg.optim.grad_clip)
-    gen = _Generate(model_dir, ours.tokenizer)
+    raw = _Raw(model_dir, 1e-5, cfg.optim.grad_clip) if "raw train" in contenders else None
+    gen = _Generate(model_dir, ours.tokenizer) if "generate" in contenders else None
+    rows: dict[str, list[dict[str, float]]] = {k: [] for k in CONTENDERS if k in contenders}
+    progress = Progress(f"speed {label}", total=steps + 1, unit="round", quiet=quiet, every=1)
 
-    records = load_split(data_dir / "train.jsonl")[: 4096]
+    def other_steps() -> None:
+        """One step of every contender but TRL, each timed on its own."""
+        m = ours.train_step()
+        ours.step += 1
+        rows["rspo"].append({"rollout_s": m["perf/rollout_s"], "old_pass_s": m["perf/old_pass_s"],
+                             "update_s": m["perf/update_s"], "step_s": m["perf/step_s"],
+                             "rollout_tok_s": m["perf/rollout_tokens_per_s"],
+                             "update_tok_s": m["perf/update_tokens_per_s"]})
+        if raw is not None:
+            mbs = ours._mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
+            wall, n_tok = raw.step(ours.last_batch, mbs, ours.tokenizer.pad_token_id)
+            rows["raw train"].append({"update_s": wall, "update_tok_s": n_tok / wall})
+        if gen is not None:
+            prompts = [ours.task.prompt(r) for r in ours._sample_prompts(ours.step - 1)]
+            wall, n_tok = gen.step(prompts, G, cfg.rollout.max_new_tokens, seed=ours.step)
+            rows["generate"].append({"rollout_s": wall, "rollout_tok_s": n_tok / wall})
+        progress.update(len(rows["rspo"]), {"s/step": m["perf/step_s"]})
+
+    if "trl" in contenders:
+        _run_with_trl(cfg, model_dir, data_dir, work, label, steps, threads, updates, ours.tokenizer, rows, other_steps)
+    else:
+        for _ in range(steps + 1):
+            other_steps()
+    progress.close()
+    med = {k: {c: statistics.median(r[c] for r in v[1:]) for c in v[0]} for k, v in rows.items()}
+    out = {"label": label, "layers": ours.model.config.num_hidden_layers, "steps_measured": len(rows["rspo"]) - 1,
+           "median": med}
+    if "trl" in med:
+        out["step_time_ratio_vs_trl"] = med["rspo"]["step_s"] / med["trl"]["step_s"]
+    if "raw train" in med:
+        out["update_tokens_per_s_vs_raw_training"] = med["rspo"]["update_tok_s"] / med["raw train"]["update_tok_s"]
+    if "generate" in med:
+        out["rollout_tokens_per_s_vs_generate"] = med["rspo"]["rollout_tok_s"] / med["generate"]["rollout_tok_s"]
+    return out
+
+
+def _run_with_trl(cfg, model_dir: Path, data_dir: Path, work: Path, label: str, steps: int, threads: int,
+                  updates: int, tokenizer, rows: dict[str, list[dict[str, float]]], other_steps) -> None:
+    """TRL's trainer runs its loop; after each of its RL steps a callback runs ``other_steps``
+    (timed apart), so the contenders alternate step by step."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rspo.data.countdown import format_prompt, load_split
+    from rspo.models import load_model
+    from rspo.rewards.countdown import score
+
+    sc, G = cfg.schedule, cfg.rollout.group_size
+    records = load_split(data_dir / "train.jsonl")[:4096]
     ds = Dataset.from_list([{"prompt": format_prompt(r, cfg.data.prompt_format), "nums": r["nums"],
                              "target": r["target"]} for r in records])
 
     def countdown_reward(completions, nums, target, **_):
         return [score(c, n, t)[0] for c, n, t in zip(completions, nums, target)]
 
-    rows: dict[str, list[dict[str, float]]] = {k: [] for k in ("rspo", "trl", "raw train", "generate")}
-    clock = {"mark": 0.0, "gen": 0.0, "cycles": 0}
+    clock = {"mark": 0.0, "gen": 0.0}
 
     class Alternate(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step % updates:
                 return
-            now = time.perf_counter()
-            cycle = now - clock["mark"]
+            cycle = time.perf_counter() - clock["mark"]
             rows["trl"].append({"rollout_s": clock["gen"], "update_s": cycle - clock["gen"], "step_s": cycle})
             clock["gen"] = 0.0
-            m = ours.train_step()
-            ours.step += 1
-            batch = ours.last_batch
-            rows["rspo"].append({"rollout_s": m["perf/rollout_s"], "old_pass_s": m["perf/old_pass_s"],
-                                 "update_s": m["perf/update_s"], "step_s": m["perf/step_s"],
-                                 "rollout_tok_s": m["perf/rollout_tokens_per_s"],
-                                 "update_tok_s": m["perf/update_tokens_per_s"]})
-            mbs = ours._mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
-            wall, n_tok = raw.step(batch, mbs, ours.tokenizer.pad_token_id)
-            rows["raw train"].append({"update_s": wall, "update_tok_s": n_tok / wall})
-            prompts = [ours.task.prompt(r) for r in ours._sample_prompts(ours.step - 1)]
-            wall, n_tok = gen.step(prompts, G, cfg.rollout.max_new_tokens, seed=ours.step)
-            rows["generate"].append({"rollout_s": wall, "rollout_tok_s": n_tok / wall})
-            clock["cycles"] += 1
+            other_steps()
             clock["mark"] = time.perf_counter()
 
-    trl_model = load_model(model_dir, device="cpu")
     args = GRPOConfig(
         output_dir=str(work / f"trl-{label}"), per_device_train_batch_size=sc.mini_batch_prompts * G,
         num_generations=G, steps_per_generation=updates, max_completion_length=cfg.rollout.max_new_tokens,
@@ -211,8 +245,8 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
         max_steps=(steps + 1) * updates, logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True,
         bf16=False, gradient_checkpointing=False, router_aux_loss_coef=0.0, disable_tqdm=True, seed=0,
         dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=trl_model, reward_funcs=countdown_reward, args=args, train_dataset=ds,
-                          processing_class=ours.tokenizer, callbacks=[Alternate()])
+    trainer = GRPOTrainer(model=load_model(model_dir, device="cpu"), reward_funcs=countdown_reward, args=args,
+                          train_dataset=ds, processing_class=tokenizer, callbacks=[Alternate()])
     inner = trainer._generate_and_score_completions
 
     def timed(*a, **kw):
@@ -226,12 +260,6 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
     torch.set_num_threads(threads)
     clock["mark"] = time.perf_counter()
     trainer.train()
-    med = {k: {c: statistics.median(r[c] for r in v[1:]) for c in v[0]} for k, v in rows.items()}
-    return {"label": label, "layers": ours.model.config.num_hidden_layers, "steps_measured": len(rows["rspo"]) - 1,
-            "median": med,
-            "step_time_ratio_vs_trl": med["rspo"]["step_s"] / med["trl"]["step_s"],
-            "update_tokens_per_s_vs_raw_training": med["rspo"]["update_tok_s"] / med["raw train"]["update_tok_s"],
-            "rollout_tokens_per_s_vs_generate": med["rspo"]["rollout_tok_s"] / med["generate"]["rollout_tok_s"]}
 
 
 def format_table(res: dict[str, Any]) -> list[str]:
@@ -243,15 +271,19 @@ def format_table(res: dict[str, Any]) -> list[str]:
             v = row.get(c)
             cells.append(f"{'-':>14}" if v is None else f"{v:>14.0f}" if c.endswith("tok_s") else f"{v:>14.3f}")
         lines.append(f"{name:<11}" + "".join(cells))
-    lines.append(f"ours / TRL step time {res['step_time_ratio_vs_trl']:.3f}; update tokens/s vs raw training "
-                 f"{res['update_tokens_per_s_vs_raw_training']:.3f}; rollout tokens/s vs generate "
-                 f"{res['rollout_tokens_per_s_vs_generate']:.3f}")
+    names = {"step_time_ratio_vs_trl": "ours / TRL step time", "update_tokens_per_s_vs_raw_training":
+             "update tokens/s vs raw training", "rollout_tokens_per_s_vs_generate": "rollout tokens/s vs generate"}
+    lines.append("; ".join(f"{text} {res[k]:.3f}" for k, text in names.items() if k in res))
     return lines
 
 
 def run_speed(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 5,
-              threads: int = 2, deep_layers: int = 12, out: str | None = None) -> dict[str, Any]:
-    _trl_available()
+              threads: int = 2, deep_layers: int = 12, out: str | None = None,
+              contenders: tuple[str, ...] = CONTENDERS, quiet: bool = False) -> dict[str, Any]:
+    if "rspo" not in contenders or not set(contenders) <= set(CONTENDERS):
+        raise ValueError(f"contenders must include rspo and come from {CONTENDERS}, got {contenders}")
+    if "trl" in contenders:
+        _trl_available()
     from rspo.bench import _prepare
     from rspo.models import set_threads
 
@@ -261,16 +293,16 @@ def run_speed(preset_path: str, *, model: str | None = None, data: str | None = 
         work = Path(tmp)
         _, name, data_dir, model_dir, source = _prepare(preset_path, model, data, work, threads)
         results.append(bench_model(preset_path, model_dir, data_dir, work, steps=steps, threads=threads,
-                                   label=f"{name} base ({source})"))
+                                   label=f"{name} base ({source})", contenders=contenders, quiet=quiet))
         print("\n".join(format_table(results[-1])), flush=True)
         if deep_layers:
             deep = _deep_model(model_dir, work / "deep", deep_layers)
             results.append(bench_model(preset_path, deep, data_dir, work, steps=steps, threads=threads,
-                                       label=f"{deep_layers}-layer random-init"))
+                                       label=f"{deep_layers}-layer random-init", contenders=contenders, quiet=quiet))
             print("\n" + "\n".join(format_table(results[-1])), flush=True)
     first = results[0]
     summary = {k: first[k] for k in ("step_time_ratio_vs_trl", "update_tokens_per_s_vs_raw_training",
-                                     "rollout_tokens_per_s_vs_generate")}
+                                     "rollout_tokens_per_s_vs_generate") if k in first}
     summary.update(preset=name, threads=threads, models=results)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deep-layers", type=int, default=12, help="second table: random-init model of this depth "
                     "(0: skip)")
     ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS),
+                    help=f"comma-separated subset of {','.join(CONTENDERS)} (rspo always; default all)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
     run_speed(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads,
-              deep_layers=args.deep_layers, out=args.out)
+              deep_layers=args.deep_layers, out=args.out, contenders=tuple(c.strip() for c in args.contenders.split(",")),
+              quiet=args.quiet)
     return 0

@@ -34,3 +34,45 @@ def test_bench_data_parallel_table(capsys, tmp_path):
     assert all(row["perf/step_s"] > 0 for row in dp["rows"].values())
     assert dp["max_abs_diff"]["critic/score/mean"] < 1e-6 and dp["max_abs_diff"]["actor/pg_loss"] < 1e-4
     assert any(line.startswith("2 x 1 threads") for line in lines)
+
+
+def test_bench_records_per_step_throughput_ratios(tmp_path):
+    from rspo.bench import run_bench
+
+    result = run_bench(str(ROOT / "configs" / "smoke.yaml"), steps=2, threads=1, quiet=True)
+    ratios = result["rs_throughput_ratio_per_step"]
+    assert len(ratios) == 2 and all(r > 0 for r in ratios)
+
+
+def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
+    """rspo speed with the contenders that need no optional package: ours, the raw training loop
+    and generate, alternating, on the smoke model and a deeper random-init copy."""
+    from rspo.speed import main as speed_main
+
+    out = tmp_path / "speed.json"
+    assert speed_main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "1",
+                       "--deep-layers", "3", "--contenders", "rspo,raw train,generate", "--quiet",
+                       "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert set(result) >= {"update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate", "models"}
+    assert "step_time_ratio_vs_trl" not in result
+    assert [m["layers"] for m in result["models"]] == [2, 3]
+    for m in result["models"]:
+        assert set(m["median"]) == {"rspo", "raw train", "generate"}
+        assert m["update_tokens_per_s_vs_raw_training"] > 0 and m["rollout_tokens_per_s_vs_generate"] > 0
+    assert any(line.startswith("raw train") for line in lines) and json.loads(out.read_text()) == result
+
+
+def test_speed_against_trl(capsys):
+    """The TRL contender (the `bench` extra; `make bench` installs it)."""
+    import pytest
+
+    pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
+    from rspo.speed import main as speed_main
+
+    assert speed_main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "1",
+                       "--deep-layers", "0", "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["step_time_ratio_vs_trl"] > 0
+    assert set(result["models"][0]["median"]) == {"rspo", "trl", "raw train", "generate"}

@@ -81,3 +81,33 @@ rule bench:
     shell:
         "python -m rspo bench --preset {params.preset} --model {params.model} --data {params.data} "
         "--threads {params.threads} --out {output} > {log} 2>&1"
+
+
+# Speed of the RL step side by side with TRL's GRPOTrainer, a plain training loop and `generate`
+# on the preset's pretrained model and a 12-layer random-init copy (`python -m rspo speed`). Not
+# part of the default target: it needs the optional `bench` extra (TRL), which `make bench`
+# installs. Runs alone like `bench`.
+rule bench_speed:
+    input:
+        base=f"{R}/models/base/pretrain.json",
+        data=f"{R}/data/countdown/train.jsonl",
+    output:
+        f"{R}/speed.json",
+    log:
+        f"{R}/logs/speed.log",
+    params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("bench"),
+        model=lambda wildcards, input: os.path.dirname(input.base),
+        data=lambda wildcards, input: os.path.dirname(input.data),
+        threads=res("bench", "threads"),
+    threads: bench_threads()
+    resources:
+        mem_mb=res("bench", "mem_mb"),
+        runtime=res("bench", "runtime"),
+        gpu=res("bench", "gpu"),
+    conda:
+        ENV_TORCH
+    shell:
+        "python -m rspo speed --preset {params.preset} --model {params.model} --data {params.data} "
+        "--threads {params.threads} --out {output} > {log} 2>&1"
