@@ -437,7 +437,7 @@ def run_name(algo: str, router_shift: bool = False, gamma_min: float = 0.8, stop
     return "-".join(parts)
 
 
-# Which figure needs which grid family (paper index, DESIGN.md section 5).
+# Which figure needs which grid family (paper index: docs/design.md).
 FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
     "fig1_reward": ("plugin",),
     "fig3_gamma_min": ("gamma_min",),

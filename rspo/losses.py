@@ -3,9 +3,9 @@
 Paper: "Towards Stable and Effective Reinforcement Learning for Mixture-of-Experts" (RSPO).
 Equation names below are the paper's labels (``eq:...``).
 
-    log w[i,t]        = logp_new - logp_old                                 Eq. (token_ratio)
-    gamma_tilde[i,t]  = sg(max(gamma[i,t], gamma_min))                      Eq. (gamma_processed)
-    log w_tilde[i,t]  = log w[i,t] + log gamma_tilde[i,t]                   Eq. (adjusted_ratio), log space
+    log w[i,t]        = logp_new - logp_old                                 Eq. (10, token_ratio)
+    gamma_tilde[i,t]  = sg(max(gamma[i,t], gamma_min))                      Eq. (9, gamma_processed)
+    log w_tilde[i,t]  = log w[i,t] + log gamma_tilde[i,t]                   Eq. (11, adjusted_ratio), log space
 
 ``log w_tilde`` then goes through the base algorithm's own clipping and aggregation:
 
@@ -228,7 +228,7 @@ def compute_policy_loss(
 
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     # Padding may hold anything (even NaN); it must not reach the masked sums or their gradients.
-    log_w = torch.where(mask, log_prob - old_log_prob.detach(), zero)  # (B, T) Eq. (token_ratio)
+    log_w = torch.where(mask, log_prob - old_log_prob.detach(), zero)  # (B, T) Eq. (10, token_ratio)
     adv_tok = torch.where(mask, adv_tok.detach().to(log_prob.dtype), zero)
     metrics: dict[str, float] = {"actor/ppo_kl": masked_mean(-log_w.detach(), mask).item()}
 
@@ -238,11 +238,11 @@ def compute_policy_loss(
         if bool(((gamma <= 0) | (gamma > 1)).any()):
             lo, hi = float(gamma[mask].min()), float(gamma[mask].max())
             raise ValueError(f"router_shift: gamma must lie in (0, 1] on response tokens, got range [{lo}, {hi}]")
-        gamma_floored = gamma.clamp(min=gamma_min)  # max(gamma, gamma_min)   Eq. (gamma_processed)
+        gamma_floored = gamma.clamp(min=gamma_min)  # max(gamma, gamma_min)   Eq. (9, gamma_processed)
         log_gamma = torch.log(gamma_floored)
         if stop_gradient:
             log_gamma = log_gamma.detach()  # sg[.]
-        log_w = log_w + log_gamma  # log w_tilde = log w + log gamma_tilde     Eq. (adjusted_ratio)
+        log_w = log_w + log_gamma  # log w_tilde = log w + log gamma_tilde     Eq. (11, adjusted_ratio)
         metrics["router/shift_ratio_mean"] = masked_mean(gamma.detach(), mask).item()
         metrics["router/shift_clipfrac"] = masked_mean((gamma.detach() < gamma_min).float(), mask).item()
 

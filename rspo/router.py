@@ -6,9 +6,9 @@ Paper: "Towards Stable and Effective Reinforcement Learning for Mixture-of-Exper
 stabilization strategies". With r = softmax over ALL E experts of a layer's router logits and
 e_old[l, k] the K experts the OLD router selected for a token at MoE layer l:
 
-    d[l]  = 1/K sum_k | log r_new[l](e_old[l,k]) - log r_old[l](e_old[l,k]) |    Eq. (drift_layer)
-    Delta = 1/L sum_l d[l]           (L = number of MoE layers)                  Eq. (drift_token)
-    gamma = exp(-Delta)  in (0, 1]                                               Eq. (router_shift_ratio)
+    d[l]  = 1/K sum_k | log r_new[l](e_old[l,k]) - log r_old[l](e_old[l,k]) |    Eq. (5, drift_layer)
+    Delta = 1/L sum_l d[l]           (L = number of MoE layers)                  Eq. (6, drift_token)
+    gamma = exp(-Delta)  in (0, 1]                                               Eq. (7, router_shift_ratio)
 
 Supported models (transformers 5.23): causal LMs whose decoder blocks carry a router at
 ``model.model.layers[i].mlp.gate``, namely Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
@@ -646,7 +646,7 @@ def forward_with_router_cache(
 
 def router_shift(cache: OldRouterCache, new_router_logits: Sequence[Tensor], *,
                  straight_through: bool = True) -> Tensor:
-    """gamma (B, T) of Eq. (router_shift_ratio) from the compact cache and the new router logits.
+    """gamma (B, T) of Eq. (7, router_shift_ratio) from the compact cache and the new router logits.
 
     cache: the OldRouterCache rows of this batch, (L, B, T, K). new_router_logits: one
     (B*T, E) or (B, T, E) tensor per MoE layer (e.g. ``capture.logits`` of the update forward).
@@ -670,14 +670,14 @@ def router_shift(cache: OldRouterCache, new_router_logits: Sequence[Tensor], *,
         if straight_through and dt != torch.float32:
             # value rounded to the cache dtype, gradient = identity (see module docstring)
             new = new + (_round_to(new, dt).float() - new).detach()
-        d = (new - old).abs().mean(dim=-1)  # (N,)  Eq. (drift_layer)
+        d = (new - old).abs().mean(dim=-1)  # (N,)  Eq. (5, drift_layer)
         delta_sum = d if delta_sum is None else delta_sum + d
-    delta = delta_sum / L  # (N,)  Eq. (drift_token)
-    return torch.exp(-delta).view(B, T)  # (B, T)  Eq. (router_shift_ratio)
+    delta = delta_sum / L  # (N,)  Eq. (6, drift_token)
+    return torch.exp(-delta).view(B, T)  # (B, T)  Eq. (7, router_shift_ratio)
 
 
 def shift_ratio(old_logits: Sequence[Tensor], new_logits: Sequence[Tensor], top_k: int) -> Tensor:
-    """gamma (N,) of Eq. (router_shift_ratio), straight from the equations in fp32.
+    """gamma (N,) of Eq. (7, router_shift_ratio), straight from the equations in fp32.
 
     old_logits, new_logits: one (N, E) tensor per MoE layer. e_old = the top_k experts of
     softmax(old). No rounding: this is the reference the cached path is checked against.

@@ -1,6 +1,6 @@
 """Tasks: how a training/validation record becomes a prompt and how a completion is scored.
 
-One verifier per task, shared by the RL reward and by evaluation (STYLE.md #11):
+One verifier per task, shared by the RL reward and by evaluation:
 countdown -> rspo.rewards.countdown, math -> rspo.rewards.math (math-verify in worker
 processes), code -> rspo.rewards.code (sandboxed execution).
 """

@@ -5,7 +5,7 @@
 #                                   # slurmctld, slurmd; wait until the node is idle
 #   scripts/slurm_local.sh stop     # stop the three daemons by PID
 #   scripts/slurm_local.sh status   # exit 0 if the node answers, else 1
-# The configuration follows ../shared/notes/workflow_facts.md section 5: no cgroups
+# A one-node configuration that works without systemd: no cgroups
 # (proctrack/linuxproc, task/none), select/cons_tres, no accounting (the profile polls with
 # squeue, so MinJobAge keeps finished jobs listed), DefMemPerCPU so jobs do not take all memory.
 # Exit codes: 0 ok, 2 usage, 3 cannot run here (not root, no apt-get, install failed),

@@ -6,7 +6,7 @@ both ask this module, so the figure a rule plans is the figure the CLI draws. Th
 comes from ``rspo.config.expand_grid`` (the preset is the single source of truth); this module only
 selects from it. It imports nothing heavy (no torch, no matplotlib): ``snakemake -n`` stays fast.
 
-Choices that are ours, not the paper's (the paper index is DESIGN.md section 5):
+Choices that are ours, not the paper's (the paper index is in docs/design.md):
 - fig1_reward and fig7_entropy plot the paper's four methods (GRPO, GSPO, GMPO and RSPO = GMPO+RS),
   not the +RS variants of GRPO/GSPO; fig4_plugin plots all six.
 - In the paper Figs. 6 and 7 are drawn on Qwen3-30B-A3B (math). A preset with only a ``main`` grid

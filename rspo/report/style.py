@@ -1,8 +1,8 @@
 """Figure style: Agg backend, one seaborn theme, fixed colours per method, byte-stable output.
 
-Byte stability (see ../shared/notes/workflow_facts.md section 7): PNG is deterministic with the
-default metadata; PDF needs its CreationDate/ModDate/Producer/Creator metadata removed; bootstrap
-bands need a fixed seed (``errorbar=("ci", 95), seed=0``), which rspo.report.figures passes.
+Byte stability (measured with matplotlib 3.11): PNG is deterministic with the
+default metadata; PDF needs its CreationDate/ModDate/Producer/Creator metadata removed. The bands
+over seeds (rspo.report.figures) are min-max, with no random resampling.
 
 Colours follow the paper's convention: one colour per base algorithm (GRPO, GSPO, GMPO), the
 router-shift (+RS) variant in the same colour with a dashed line.

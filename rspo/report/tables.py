@@ -1,7 +1,7 @@
 """Paper tables as Markdown and LaTeX (booktabs), built only from evaluation JSON, run.json and
 bench.json files, so a table is rebuilt without re-training.
 
-Tables (DESIGN.md section 5):
+Tables (paper index: docs/design.md):
 - ``table_main`` (Table 1): Pass@1 (%) per math / code benchmark and their average, Base and the
   ``main`` runs, mean over seeds (± sample std with several seeds). Our Avg. is the mean of the
   benchmark columns shown, per seed, then over seeds (the paper's definition).

@@ -7,7 +7,7 @@ One run = one resolved ``TrainConfig`` = one run folder = one MLflow run. Per ro
 3. Old pass: a no-grad forward of the TRAINING model over prompt+response that yields the old
    log-probs, the compact old-router cache (top-K indices + fp16 old router log-probs; plus the
    full fp32 logits only under logit replay) and the entropy, in one pass. The rollout engine's
-   log-probs are not used (paper Sec. 3.2 / DESIGN.md 1).
+   log-probs are not used (paper Sec. 3.2; docs/design.md).
 4. Split the step's prompts into mini-batches of ``mini_batch_prompts`` (groups stay together;
    order seeded by (seed, step, epoch)); for each: forward under the routing mode with router
    capture, gamma from the cache, ``compute_policy_loss``, backward (micro-batches accumulate),
