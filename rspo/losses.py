@@ -20,7 +20,8 @@ Equation names below are the paper's labels (``eq:...``).
   A < 0 only the lower side), then s_i = exp(mean_t clipped log w_tilde) and loss_i = -A_i s_i,
   mean over responses.
 
-RSPO, the paper's main method, is ``compute_policy_loss("gmpo", ..., router_shift=gamma)``.
+RSPO, the paper's main method, is ``compute_policy_loss("gmpo", ..., gamma=gamma)`` with gamma from
+``rspo.router.router_shift_ratio``.
 
 Conventions:
 - ``clip_low`` / ``clip_high`` are the epsilons in each algorithm's own space: ratio space for GRPO
@@ -169,7 +170,7 @@ def compute_policy_loss(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    router_shift: Tensor | None = None,
+    gamma: Tensor | None = None,
     gamma_min: float = DEFAULT_GAMMA_MIN,
     stop_gradient: bool = True,
     clip_low: float | None = None,
@@ -183,7 +184,8 @@ def compute_policy_loss(
         old_log_prob: (B, T) old-policy log-probs (treated as constants).
         advantages: (B,) one advantage per response, or (B, T).
         response_mask: (B, T) 1 for response tokens, 0 for padding.
-        router_shift: (B, T) gamma in (0, 1] per token (Eq. router_shift_ratio), or None for no RS.
+        gamma: (B, T) router-shift ratio in (0, 1] per token (Eq. (7, router_shift_ratio)), or None
+            for no router-shift weighting.
         gamma_min: floor on gamma, in (0, 1] (Eq. gamma_processed).
         stop_gradient: True detaches gamma_tilde (the paper); False keeps gamma's graph (ablation).
         clip_low, clip_high: epsilons in the algorithm's own space (see module docstring);
@@ -191,7 +193,7 @@ def compute_policy_loss(
 
     Returns:
         (loss, metrics): a scalar tensor to minimise, and python floats under ``actor/pg_loss``,
-        ``actor/ppo_kl``, ``actor/pg_clipfrac`` and, with router_shift, ``router/shift_ratio_mean``
+        ``actor/ppo_kl``, ``actor/pg_clipfrac`` and, with gamma, ``router/shift_ratio_mean``
         (mean gamma before the floor) and ``router/shift_clipfrac`` (fraction of tokens with
         gamma < gamma_min).
     """
@@ -203,8 +205,8 @@ def compute_policy_loss(
     for name, t in (("old_log_prob", old_log_prob), ("response_mask", response_mask)):
         if t.shape != shape:
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match log_prob {tuple(shape)}")
-    if router_shift is not None and router_shift.shape != shape:
-        raise ValueError(f"router_shift: shape {tuple(router_shift.shape)} does not match log_prob {tuple(shape)}")
+    if gamma is not None and gamma.shape != shape:
+        raise ValueError(f"gamma: shape {tuple(gamma.shape)} does not match log_prob {tuple(shape)}")
     if advantages.shape == shape[:1]:
         adv_tok = advantages.unsqueeze(1).expand(shape)  # (B,) -> (B, T)
     elif advantages.shape == shape:
@@ -232,12 +234,12 @@ def compute_policy_loss(
     adv_tok = torch.where(mask, adv_tok.detach().to(log_prob.dtype), zero)
     metrics: dict[str, float] = {"actor/ppo_kl": masked_mean(-log_w.detach(), mask).item()}
 
-    if router_shift is not None:
-        gamma = torch.where(mask, router_shift.to(log_prob.dtype), torch.ones((), dtype=log_prob.dtype))
-        _check_finite("router_shift", gamma, mask)
+    if gamma is not None:
+        gamma = torch.where(mask, gamma.to(log_prob.dtype), torch.ones((), dtype=log_prob.dtype))
+        _check_finite("gamma", gamma, mask)
         if bool(((gamma <= 0) | (gamma > 1)).any()):
             lo, hi = float(gamma[mask].min()), float(gamma[mask].max())
-            raise ValueError(f"router_shift: gamma must lie in (0, 1] on response tokens, got range [{lo}, {hi}]")
+            raise ValueError(f"gamma: must lie in (0, 1] on response tokens, got range [{lo}, {hi}]")
         gamma_floored = gamma.clamp(min=gamma_min)  # max(gamma, gamma_min)   Eq. (9, gamma_processed)
         log_gamma = torch.log(gamma_floored)
         if stop_gradient:

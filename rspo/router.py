@@ -58,12 +58,12 @@ That is 3 bytes per (token, layer, k). Example, the paper's Qwen3-30B-A3B settin
 E=128, ~1.05M tokens per step): 1.05e6 * 48 * 8 * 3 B ~= 1.13 GiB (the paper reports ~1.5 GiB
 with 16-bit indices, i.e. 4 bytes per entry). The optional full old logits for logit replay,
 (L, B, T, E) in fp32, cost 4*E bytes per (token, layer), i.e. 4*E/K more bytes per entry:
-64 B per entry, ~24 GiB, in that same setting. Caches can live on the CPU; ``router_shift`` and
+64 B per entry, ~24 GiB, in that same setting. Caches can live on the CPU; ``router_shift_ratio`` and
 the replay hooks move the (small) slices they need to the logits' device.
 
 Implementation details (not deviations from the paper's equations):
 - Precision of the cached old log-probs. Storing them in fp16 while the new ones are fp32 would
-  make gamma != 1 on-policy (fp16 rounding noise ~5e-4 relative). ``router_shift`` therefore
+  make gamma != 1 on-policy (fp16 rounding noise ~5e-4 relative). ``router_shift_ratio`` therefore
   rounds the NEW log-probs to the cache dtype with a straight-through estimator,
       lp_new_st = lp_new + (lp_new.to(dt).float() - lp_new).detach()
   (value = rounded, gradient = identity), so identical weights give gamma == 1 exactly and
@@ -106,7 +106,7 @@ __all__ = [
     "capture_router_logits",
     "OldRouterCache",
     "forward_with_router_cache",
-    "router_shift",
+    "router_shift_ratio",
     "shift_ratio",
     "RoutingMode",
     "routing_control",
@@ -644,7 +644,7 @@ def forward_with_router_cache(
 # --------------------------------------------------------------------------------------------
 
 
-def router_shift(cache: OldRouterCache, new_router_logits: Sequence[Tensor], *,
+def router_shift_ratio(cache: OldRouterCache, new_router_logits: Sequence[Tensor], *,
                  straight_through: bool = True) -> Tensor:
     """gamma (B, T) of Eq. (7, router_shift_ratio) from the compact cache and the new router logits.
 

@@ -50,7 +50,7 @@ def test_grpo_hand_computed():
 def test_grpo_with_router_shift_hand_computed():
     log_prob, old, adv, mask = grpo_case()
     gamma = _t([[0.9, 0.5], [1.0, 0.123]])  # last entry is padding, ignored
-    loss, m = compute_policy_loss("grpo", log_prob, old, adv, mask, router_shift=gamma, gamma_min=0.8)
+    loss, m = compute_policy_loss("grpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
     # floored gamma: (0.9, 0.8), (1.0) -> w_tilde: (1.35, 0.72), (0.7)
     # resp 0: -min(1.35, 1.2) = -1.2 ; -min(0.72, 0.8) = -0.72 ; mean -0.96
     # resp 1: 0.8 as before ; loss = (-0.96 + 0.8) / 2 = -0.08
@@ -85,7 +85,7 @@ def test_gspo_hand_computed():
 def test_gspo_with_router_shift_applies_per_token_before_geometric_mean():
     log_prob, old, adv, mask = gspo_case()
     gamma = _t([[0.9, 1.0], [1.0, 1.0]])
-    loss, m = compute_policy_loss("gspo", log_prob, old, adv, mask, router_shift=gamma, gamma_min=0.8)
+    loss, m = compute_policy_loss("gspo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
     # resp 0: mean(0.1 + log 0.9, -0.05) = (0.1 - 0.1053605 - 0.05)/2 = -0.02768 -> s = 0.97270, inside
     # the band from below? no: 0.9727 < 1 - 3e-4, A=+1 -> -min(s, clip(s)) = -s (unclipped side)
     s0 = math.exp((0.1 + math.log(0.9) - 0.05) / 2)
@@ -115,7 +115,7 @@ def test_gmpo_hand_computed_sign_aware_clip():
 def test_gmpo_with_router_shift_hand_computed():
     log_prob, old, adv, mask = gmpo_case()
     gamma = _t([[0.5, 1.0], [1.0, 1.0]])
-    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask, router_shift=gamma, gamma_min=0.8)
+    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
     # resp 0: 0.5 + log(max(0.5, 0.8)) = 0.5 - 0.2231436 = 0.2768564 < 0.4, no clip
     #         mean(0.2768564, -0.6) = -0.1615718 -> loss -exp(-0.1615718)
     # resp 1: unchanged, +exp(0.05)
@@ -151,7 +151,7 @@ def test_router_shift_of_ones_equals_no_rs(algo):
     lp1 = log_prob.clone().requires_grad_(True)
     lp2 = log_prob.clone().requires_grad_(True)
     loss1, m1 = compute_policy_loss(algo, lp1, old, adv, mask)
-    loss2, m2 = compute_policy_loss(algo, lp2, old, adv, mask, router_shift=torch.ones_like(log_prob))
+    loss2, m2 = compute_policy_loss(algo, lp2, old, adv, mask, gamma=torch.ones_like(log_prob))
     loss1.backward()
     loss2.backward()
     assert loss1.item() == pytest.approx(loss2.item(), abs=1e-14)
@@ -195,7 +195,7 @@ def test_gradient_matches_finite_differences(algo, with_rs):
     x = log_prob.clone().requires_grad_(True)
 
     def f(lp):
-        return compute_policy_loss(algo, lp, old, adv, mask, router_shift=rs, clip_low=clip[0], clip_high=clip[1])[0]
+        return compute_policy_loss(algo, lp, old, adv, mask, gamma=rs, clip_low=clip[0], clip_high=clip[1])[0]
 
     assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-6)
 
@@ -206,13 +206,13 @@ def test_stop_gradient_controls_the_gamma_graph(algo):
     gamma = (gamma * 0.2 + 0.8).clamp(max=1.0)  # in [0.9, 1): above gamma_min, so max() passes its grad
     g_sg = gamma.clone().requires_grad_(True)
     loss, _ = compute_policy_loss(algo, log_prob.clone().requires_grad_(True), old, adv, mask,
-                                  router_shift=g_sg, stop_gradient=True, clip_low=10.0, clip_high=10.0)
+                                  gamma=g_sg, stop_gradient=True, clip_low=10.0, clip_high=10.0)
     loss.backward()
     assert g_sg.grad is None
 
     g_nosg = gamma.clone().requires_grad_(True)
     loss, _ = compute_policy_loss(algo, log_prob.clone().requires_grad_(True), old, adv, mask,
-                                  router_shift=g_nosg, stop_gradient=False, clip_low=10.0, clip_high=10.0)
+                                  gamma=g_nosg, stop_gradient=False, clip_low=10.0, clip_high=10.0)
     loss.backward()
     assert g_nosg.grad is not None
     assert g_nosg.grad[mask.bool()].abs().sum() > 0
@@ -222,7 +222,7 @@ def test_stop_gradient_controls_the_gamma_graph(algo):
 def test_floor_blocks_gamma_gradient_below_gamma_min():
     log_prob, old, adv, mask, _ = random_batch(seed=6)
     gamma = torch.full_like(log_prob, 0.5, requires_grad=True)  # all below the 0.8 floor
-    loss, _ = compute_policy_loss("gmpo", log_prob, old, adv, mask, router_shift=gamma, stop_gradient=False)
+    loss, _ = compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, stop_gradient=False)
     loss.backward()
     assert gamma.grad.abs().sum() == 0
 
@@ -230,8 +230,8 @@ def test_floor_blocks_gamma_gradient_below_gamma_min():
 @pytest.mark.parametrize("algo", ALGOS)
 def test_token_advantages_equal_response_advantages_when_constant(algo):
     log_prob, old, adv, mask, gamma = random_batch(seed=7)
-    l1, _ = compute_policy_loss(algo, log_prob, old, adv, mask, router_shift=gamma)
-    l2, _ = compute_policy_loss(algo, log_prob, old, adv[:, None].expand_as(log_prob).clone(), mask, router_shift=gamma)
+    l1, _ = compute_policy_loss(algo, log_prob, old, adv, mask, gamma=gamma)
+    l2, _ = compute_policy_loss(algo, log_prob, old, adv[:, None].expand_as(log_prob).clone(), mask, gamma=gamma)
     assert l1.item() == pytest.approx(l2.item(), abs=1e-12)
 
 
@@ -244,8 +244,8 @@ def test_padding_content_is_ignored(algo):
     g2 = gamma.masked_fill(pad, 7.0)  # out of range, but padding
     x1 = log_prob.clone().requires_grad_(True)
     x2 = lp2.clone().requires_grad_(True)
-    l1, m1 = compute_policy_loss(algo, x1, old, adv, mask, router_shift=gamma)
-    l2, m2 = compute_policy_loss(algo, x2, old2, adv, mask, router_shift=g2)
+    l1, m1 = compute_policy_loss(algo, x1, old, adv, mask, gamma=gamma)
+    l2, m2 = compute_policy_loss(algo, x2, old2, adv, mask, gamma=g2)
     l1.backward()
     l2.backward()
     assert l1.item() == pytest.approx(l2.item(), abs=1e-12)
@@ -266,7 +266,7 @@ def test_empty_responses_are_excluded_from_the_mean(algo):
 
 def test_float32_inputs_work_and_metrics_are_floats():
     log_prob, old, adv, mask, gamma = random_batch(dtype=torch.float32)
-    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask.bool(), router_shift=gamma)
+    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask.bool(), gamma=gamma)
     assert loss.dtype == torch.float32
     assert all(isinstance(v, float) for v in m.values())
     assert set(m) == {"actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "router/shift_ratio_mean",
@@ -292,18 +292,18 @@ def test_errors_name_the_argument():
         compute_policy_loss("grpo", log_prob, old, adv, mask[:2])
     with pytest.raises(ValueError, match="advantages"):
         compute_policy_loss("grpo", log_prob, old, adv[:2], mask)
-    with pytest.raises(ValueError, match="router_shift"):
-        compute_policy_loss("grpo", log_prob, old, adv, mask, router_shift=gamma[:, :2])
+    with pytest.raises(ValueError, match="^gamma: shape"):
+        compute_policy_loss("grpo", log_prob, old, adv, mask, gamma=gamma[:, :2])
     with pytest.raises(ValueError, match="log_prob"):
         compute_policy_loss("grpo", log_prob[0], old[0], adv, mask[0])
     for bad in (0.0, -0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="gamma_min"):
-            compute_policy_loss("gmpo", log_prob, old, adv, mask, router_shift=gamma, gamma_min=bad)
+            compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=bad)
     for bad_value in (0.0, 1.01, -0.5):
         g = gamma.clone()
         g[0, 0] = bad_value
-        with pytest.raises(ValueError, match="router_shift"):
-            compute_policy_loss("gmpo", log_prob, old, adv, mask, router_shift=g)
+        with pytest.raises(ValueError, match=r"^gamma: must lie in \(0, 1\]"):
+            compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=g)
     with pytest.raises(ValueError, match="response_mask"):
         compute_policy_loss("gmpo", log_prob, old, adv, torch.zeros_like(mask))
     with pytest.raises(ValueError, match="clip"):

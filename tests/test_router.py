@@ -17,7 +17,7 @@ from rspo.router import (
     forward_with_router_cache,
     moe_gates,
     route_from_logits,
-    router_shift,
+    router_shift_ratio,
     router_spec,
     routing_control,
     shift_ratio,
@@ -193,12 +193,12 @@ def test_gamma_is_exactly_one_on_policy(arch, logp_dtype):
     _, cache = forward_with_router_cache(model, logp_dtype=logp_dtype, input_ids=ids)
     with capture_router_logits(model) as new:
         model(ids)
-    gamma = router_shift(cache, new.logits)
+    gamma = router_shift_ratio(cache, new.logits)
     assert gamma.shape == (B, T)
     assert torch.equal(gamma, torch.ones(B, T))  # exactly 1 thanks to the straight-through rounding
     assert torch.equal(shift_ratio(old.logits, new.logits, router_spec(model).top_k), torch.ones(B * T))
     # without the rounding trick, the fp16/bf16 cache alone makes gamma != 1 on-policy
-    assert (router_shift(cache, new.logits, straight_through=False) < 1).any()
+    assert (router_shift_ratio(cache, new.logits, straight_through=False) < 1).any()
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -212,7 +212,7 @@ def test_gamma_below_one_after_router_perturbation(arch):
     _perturb_routers(model, scale=0.3)
     with capture_router_logits(model) as new:
         model(ids)
-    gamma = router_shift(cache, new.logits)
+    gamma = router_shift_ratio(cache, new.logits)
     assert ((gamma > 0) & (gamma < 1)).all()
     ref = shift_ratio(old.logits, new.logits, k).view(B, T)
     assert ((ref > 0) & (ref < 1)).all()
@@ -252,11 +252,11 @@ def test_reference_loop_vs_vectorised_and_cache(top_k):
     assert (slow < 1).all()
     for dt, tol in ((torch.float16, 4e-3), (torch.bfloat16, 4e-2), (torch.float32, 1e-6)):
         cache = OldRouterCache.from_logits(old, top_k, (b, t), logp_dtype=dt)
-        via_cache = router_shift(cache, new)  # (b, t)
+        via_cache = router_shift_ratio(cache, new)  # (b, t)
         assert via_cache.shape == (b, t)
         assert torch.allclose(via_cache.double().flatten(), slow, atol=tol, rtol=0)
         # (B, T, E) logits are accepted too
-        assert torch.equal(router_shift(cache, [n.view(b, t, E) for n in new]), via_cache)
+        assert torch.equal(router_shift_ratio(cache, [n.view(b, t, E) for n in new]), via_cache)
 
 
 def test_router_shift_rows_and_straight_through_gradient():
@@ -265,10 +265,10 @@ def test_router_shift_rows_and_straight_through_gradient():
     old = [torch.randn(b * t, E, generator=g) for _ in range(L)]
     new = [(o + 0.3 * torch.randn(b * t, E, generator=g)).requires_grad_() for o in old]
     cache = OldRouterCache.from_logits(old, K, (b, t))
-    full = router_shift(cache, new)  # (b, t)
+    full = router_shift_ratio(cache, new)  # (b, t)
     rows = torch.tensor([3, 1])
     sub_logits = [n.view(b, t, E)[rows] for n in new]
-    assert torch.equal(router_shift(cache[rows], sub_logits), full[rows])
+    assert torch.equal(router_shift_ratio(cache[rows], sub_logits), full[rows])
     # straight-through: gradient of the rounded value ~= gradient of the exact fp32 formula
     grads_st = torch.autograd.grad(full.sum(), new)
     grads_ref = torch.autograd.grad(shift_ratio(old, new, K).sum(), new)
@@ -281,9 +281,9 @@ def test_router_shift_input_errors():
     old = [torch.randn(6, 4) for _ in range(2)]
     cache = OldRouterCache.from_logits(old, 2, (2, 3))
     with pytest.raises(ValueError, match="layers"):
-        router_shift(cache, old[:1])
+        router_shift_ratio(cache, old[:1])
     with pytest.raises(ValueError, match="B\\*T"):
-        router_shift(cache, [torch.randn(5, 4)] * 2)
+        router_shift_ratio(cache, [torch.randn(5, 4)] * 2)
     with pytest.raises(ValueError, match="top_k"):
         shift_ratio(old, old, 5)
     with pytest.raises(ValueError, match="layers"):
@@ -330,7 +330,7 @@ def test_more_than_256_experts_end_to_end():
     with routing_control(model, "index_replay", cache), capture_router_logits(model) as cap:
         model(ids)
     assert torch.equal(cap.indices[0], cache.indices[0].reshape(-1, 3).long())
-    gamma = router_shift(cache, cap.logits)
+    gamma = router_shift_ratio(cache, cap.logits)
     assert ((gamma > 0) & (gamma < 1)).all()
 
 

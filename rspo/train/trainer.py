@@ -82,7 +82,7 @@ from rspo.router import (
     OldRouterCache,
     RoutingMode,
     moe_gates,
-    router_shift,
+    router_shift_ratio,
     router_spec,
 )
 from rspo.tasks import Task, generate_and_score, get_task, load_records
@@ -436,13 +436,13 @@ class Trainer:
             # gamma over every position of the window, then the positions that predict response tokens
             keep_graph = a.router_shift and not a.stop_gradient  # only the no-stop-gradient ablation
             with torch.set_grad_enabled(keep_graph):
-                gamma_full = router_shift(cache[rows, lo:hi], out.router_logits)  # (b, hi - lo)
+                gamma_full = router_shift_ratio(cache[rows, lo:hi], out.router_logits)  # (b, hi - lo)
             gamma = response_slice(gamma_full, P - lo)  # (b, r)
         err = None
         try:
             loss, m = compute_policy_loss(
                 a.algo, logp, old_logp[rows, :r], adv[rows], mask,
-                router_shift=gamma if a.router_shift else None, gamma_min=a.gamma_min,
+                gamma=gamma if a.router_shift else None, gamma_min=a.gamma_min,
                 stop_gradient=a.stop_gradient, clip_low=a.clip_low, clip_high=a.clip_high)
         except NonFiniteLogProbError as e:
             err, loss, m = str(e), None, {}
