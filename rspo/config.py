@@ -587,16 +587,6 @@ def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str
     return runs
 
 
-def figure_runs(preset: dict[str, Any], figure: str, seeds: list[int] | None = None) -> list[str]:
-    fams = expand_grid(preset, seeds)
-    names: list[str] = []
-    for fam in FIGURE_FAMILIES[figure]:
-        for name in fams.get(fam, {}):
-            if name not in names:
-                names.append(name)
-    return names
-
-
 def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):

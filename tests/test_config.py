@@ -10,7 +10,6 @@ from rspo.config import (
     TrainConfig,
     all_runs,
     expand_grid,
-    figure_runs,
     load_preset,
     load_train_config,
     run_name,
@@ -81,7 +80,9 @@ def test_small_grid_trains_shared_runs_once():
     for fam in ("plugin", "gamma_min", "stop_gradient", "routing", "mechanism"):
         assert "gmpo-rs0.8-s0" in fams[fam]
     assert len(runs) == 6 + 2 + 1 + 3
-    assert figure_runs(preset, "fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
+    from rspo.report.plan import Plan
+
+    assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
     three_seeds = all_runs(preset, seeds=[0, 1, 2])
     assert len(three_seeds) == 3 * len(runs)
 

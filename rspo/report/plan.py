@@ -135,11 +135,19 @@ def _method_label(run: Run, default_gamma: float) -> str:
 class Plan:
     """The runs and targets of one preset (optionally with the seeds overridden)."""
 
-    def __init__(self, preset: dict[str, Any], seeds: list[int] | None = None):
+    def __init__(self, preset: dict[str, Any], seeds: list[int] | None = None, full: bool = False):
         self.preset = preset
         self.name = str(preset.get("preset", ""))
         self.seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
-        self.families = rcfg.expand_grid(preset, self.seeds)
+        self.full = full
+        families = rcfg.expand_grid(preset, self.seeds)
+        default = preset.get("default_families")
+        if default is not None and not full:
+            # the default target: the named natural-regime families (the mechanism pair follows
+            # plugin) and every stress family; `full` builds the rest of the grid too
+            keep = set(default) | ({"mechanism"} if "plugin" in default else set())
+            families = {k: v for k, v in families.items() if k in keep or k.startswith("stress_") or k == "main"}
+        self.families = families
         rl = preset.get("rl") or {}
         self.default_task = str((rl.get("data") or {}).get("task", "countdown"))
         self.default_gamma = float((rl.get("algorithm") or {}).get("gamma_min", 0.8))
@@ -162,8 +170,8 @@ class Plan:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def from_file(cls, path: str | Path, seeds: list[int] | None = None) -> "Plan":
-        return cls(rcfg.load_preset(path), seeds)
+    def from_file(cls, path: str | Path, seeds: list[int] | None = None, full: bool = False) -> "Plan":
+        return cls(rcfg.load_preset(path), seeds, full)
 
     # ------------------------------------------------------------------ runs
 
@@ -200,7 +208,7 @@ class Plan:
             return [n for n in names if not self.runs[n].router_shift or self.runs[n].algo == "gmpo"]
 
         if figure in STRESS_FIGURES:
-            names = rcfg.figure_runs(self.preset, figure, self.seeds) if figure in rcfg.FIGURE_FAMILIES else []
+            names = self._family_runs(figure)
             return paper_four(names) if paper_figure(figure) in ("fig1_reward", "fig7_entropy") else names
         if figure in ("fig1_reward", "fig7_entropy", "fig6_mechanism") and "plugin" not in self.families:
             if figure == "fig1_reward" or not self.main_tasks:
@@ -210,9 +218,16 @@ class Plan:
                 return [n for n in first if (self.runs[n].algo, self.runs[n].router_shift) in
                         (("grpo", False), ("gmpo", True))]
             return paper_four(first)
-        names = rcfg.figure_runs(self.preset, figure, self.seeds)
+        names = self._family_runs(figure)
         if figure in ("fig1_reward", "fig7_entropy"):
             names = paper_four(names)
+        return names
+
+    def _family_runs(self, figure: str) -> list[str]:
+        """The runs of the planned grid families a figure draws (rspo.config.FIGURE_FAMILIES)."""
+        names: list[str] = []
+        for fam in rcfg.FIGURE_FAMILIES.get(figure, ()):
+            names += [n for n in self.families.get(fam, {}) if n not in names]
         return names
 
     def table_runs(self, table: str) -> dict[str, list[str]]:

@@ -35,7 +35,8 @@ def _load_plan():
                 f"(results go to results/<preset>/)"
             )
         seeds = config.get("seeds")
-        plan = Plan(preset, None if seeds is None else [int(x) for x in seeds])
+        full = str(config.get("full", False)).lower() == "true"
+        plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full)
         plan.check(path)
     except (rcfg.ConfigError, FileNotFoundError) as e:
         raise WorkflowError(f"invalid preset: {e}") from None
@@ -45,8 +46,10 @@ def _load_plan():
 PRESET_FILE, PLAN = _load_plan()
 P = PLAN.name
 R = f"results/{P}"
-# Pass --seeds to the report CLI only when they differ from the preset's own.
-SEEDS_ARG = "" if config.get("seeds") is None else "--seeds " + " ".join(map(str, PLAN.seeds))
+# Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole grid.
+PLAN_ARGS = ("" if config.get("seeds") is None else "--seeds " + " ".join(map(str, PLAN.seeds))) + (
+    " --full" if PLAN.full else ""
+)
 
 # Jobs call `python -m rspo ...`: make `python` the interpreter that runs Snakemake (the
 # project's venv) unless a conda env (--sdm conda) puts its own python first on PATH.
@@ -196,9 +199,12 @@ def table_files(table):
 
 def need(target):
     if not PLAN.available(target):
+        hint = ""
+        if not PLAN.full and Plan(PLAN.preset, PLAN.seeds, full=True).available(target):
+            hint = "; it is part of the whole grid: add --config full=true"
         raise WorkflowError(
             f"{target} is not built by preset {P!r}: it needs {NEEDS[target]} "
-            f"(this preset builds: {', '.join(PLAN.targets())})"
+            f"(this preset builds: {', '.join(PLAN.targets())}){hint}"
         )
 
 

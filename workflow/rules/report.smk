@@ -29,7 +29,7 @@ for _fig in FIGURES:
             preset=PRESET_FILE,
             preset_digest=preset_digest("report"),
             runs=f"{R}/runs",
-            seeds=SEEDS_ARG,
+            seeds=PLAN_ARGS,
         threads: res("report", "threads")
         resources:
             mem_mb=res("report", "mem_mb"),
@@ -62,7 +62,7 @@ for _table in TABLES:
             preset=PRESET_FILE,
             preset_digest=preset_digest("report"),
             args=lambda wildcards, input, table=_table: table_args(table, input),
-            seeds=SEEDS_ARG,
+            seeds=PLAN_ARGS,
         threads: res("report", "threads")
         resources:
             mem_mb=res("report", "mem_mb"),
