@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PRESET ?= small
 CORES ?= all
 
-.PHONY: venv sandbox test main smoke bench lint mlflow-ui clean-venv
+.PHONY: venv sandbox test main main-full smoke bench lint mlflow-ui clean-venv
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ test: venv sandbox
 
 main: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET)
+
+# the whole grid of a preset that names default_families (reuses what `make main` trained)
+main-full: venv sandbox
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) full=true
 
 smoke: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=smoke

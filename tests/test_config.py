@@ -79,12 +79,14 @@ def test_small_grid_trains_shared_runs_once():
     # the RSPO run serves Figs. 1/4 (plugin), 3 (gamma 0.8), 5 (stop-grad), 6, 8
     for fam in ("plugin", "gamma_min", "stop_gradient", "routing", "mechanism"):
         assert "gmpo-rs0.8-s0" in fams[fam]
-    assert len(runs) == 6 + 2 + 1 + 3
+    seeds = len(preset["seeds"])
+    assert len(runs) == 2 * (6 + 2 + 1 + 3) * seeds  # natural and stress regimes, every seed
     from rspo.report.plan import Plan
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
-    three_seeds = all_runs(preset, seeds=[0, 1, 2])
-    assert len(three_seeds) == 3 * len(runs)
+    assert Plan(preset, seeds=[0]).figure_runs("fig6_mechanism_stress") == ["stress-grpo-s0", "stress-gmpo-rs0.8-s0"]
+    four_seeds = all_runs(preset, seeds=[0, 1, 2, 3])
+    assert len(four_seeds) == 4 * len(runs) // seeds
 
 
 def test_load_train_config_applies_grid_and_overrides(tmp_path):

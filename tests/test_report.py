@@ -256,6 +256,8 @@ def test_table_countdown_numbers(smoke, tmp_path):
     assert f"{100 * acc['val']['accuracy']:.1f}" in line and f"{100 * acc['val_target']['accuracy']:.1f}" in line
     # grpo-s0 is marked collapsed by the fake run.json
     assert next(l for l in md.splitlines() if l.startswith("| GRPO |")).endswith("| 1/1 |")
+    assert next(l for l in md.splitlines() if l.startswith("| GRPO |")).endswith("| 3 | 1/1 |")  # its step
+    assert next(l for l in md.splitlines() if l.startswith("| GMPO |")).endswith("| – | 0/1 |")
     assert "Base (pretrained)" in md and "Index replay (GMPO)" in md
 
 

@@ -194,6 +194,13 @@ def _collapsed(runs_dir: Path | None, run: str) -> bool | None:
     return value
 
 
+def _collapse_step(runs_dir: Path, run: str) -> int | None:
+    """The collapse detector's step from final.json, None if it never fired."""
+    data = _read_json(runs_dir / run / "final.json")
+    step = data.get("collapse_step")
+    return int(step) if data.get("collapsed") and step is not None else None
+
+
 def _by_method(plan: Plan, runs: list[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for r in runs:
@@ -211,19 +218,23 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
     eval_dir = Path(eval_dir)
     rdir = Path(runs_dir) if runs_dir is not None else None
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
-    columns = [f"{s} acc. (%)" for s in splits] + ["seeds"] + (["collapsed"] if rdir is not None else [])
+    columns = [f"{s} acc. (%)" for s in splits] + ["seeds"] + (
+        ["collapse step per seed", "collapsed"] if rdir is not None else [])
     base_file = eval_dir / "base" / "countdown.json"
     rows = [("Base (pretrained)", [Cell.of([countdown_accuracy(base_file, s)]) for s in splits]
-             + [Cell(text="–")] + ([Cell(text="–")] if rdir is not None else []))]
+             + [Cell(text="–")] + ([Cell(text="–"), Cell(text="–")] if rdir is not None else []))]
     for method, names in _by_method(plan, runs).items():
         cells = [Cell.of([countdown_accuracy(eval_dir / n / "countdown.json", s) for n in names]) for s in splits]
         cells.append(Cell(text=str(len(names))))
         if rdir is not None:
+            steps = [_collapse_step(rdir, n) for n in sorted(names, key=lambda n: plan.runs[n].seed)]
+            cells.append(Cell(text=", ".join("–" if st is None else str(st) for st in steps)))
             cells.append(Cell(text=f"{sum(bool(_collapsed(rdir, n)) for n in names)}/{len(names)}"))
         rows.append((plan.label(names[0]), cells))
     n_eval = {s: (_read_json(base_file)["splits"][s] or {}).get("n") for s in splits}
     notes = [
         f"Preset {plan.name}; greedy accuracy of the final checkpoint; mean over seeds (± sample std with several seeds).",
+        "Collapse: the collapse detector's step per seed (– = never), and how many seeds it flagged.",
         "Problems per split: " + ", ".join(f"{s} {n}" for s, n in n_eval.items()) + ".",
         "The paper reports no Countdown accuracy table (its Countdown results are training curves).",
     ]
