@@ -97,13 +97,14 @@ def test_a_fresh_clone_plans_the_whole_study(tmp_path):
 
 
 def test_seeds_override_multiplies_runs(ws):
-    r = snakemake(ws, "-n", "--config", "preset=small", "seeds=[0,1,2]")
+    r = snakemake(ws, "-n", "--config", "preset=small", "seeds=[0,1,2,3]")
     assert r.returncode == 0, r.stderr[-3000:]
     counts = job_counts(r.stdout + r.stderr)
-    assert counts["train"] == 3 * len(Plan.from_file(ROOT / "configs" / "small.yaml").runs)
+    plan = Plan.from_file(ROOT / "configs" / "small.yaml")
+    assert counts["train"] == 4 * len(plan.runs) // len(plan.seeds)
     # figures are told about the seeds; the train command names each seed's run
-    assert "--seeds 0 1 2" in r.stdout
-    assert "--run gmpo-rs0.8-s2 " in r.stdout
+    assert "--seeds 0 1 2 3" in r.stdout
+    assert "--run gmpo-rs0.8-s3 " in r.stdout
 
 
 def test_lint_is_clean(ws):
@@ -117,7 +118,8 @@ def test_named_and_file_targets_small(ws):
     assert r.returncode == 0, r.stderr[-3000:]
     counts = job_counts(r.stdout + r.stderr)
     # the alias and the file target plan the same single figure job and only the six plugin runs
-    assert counts["fig4_plugin"] == 1 and counts["fig_plugin_small"] == 1 and counts["train"] == 6
+    seeds = len(Plan.from_file(ROOT / "configs" / "small.yaml").seeds)
+    assert counts["fig4_plugin"] == 1 and counts["fig_plugin_small"] == 1 and counts["train"] == 6 * seeds
     assert counts["table_efficiency"] == 1 and counts["bench"] == 1
     assert "fig1_reward" not in counts and "evaluate_countdown" not in counts
 
