@@ -14,7 +14,7 @@ mean +- std over seeds, n), the best GMPO gain over validation steps, the smalle
 gamma and the largest per-step share of tokens under gamma_min = 0.8 in GRPO runs, the largest
 pg_clipfrac, collapses, and the trial's wall time. It appends one JSON line per trial to
 ``<work>/trials.jsonl`` (a trial already there with the same setting is not rerun: reruns
-resume) and rewrites the Markdown table ``--table``. Runs whose folder holds a finished run are
+resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose folder holds a finished run are
 read, not retrained.
 
 The selection criteria are not computed here: they are written in the preset's comments and
@@ -186,6 +186,28 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bases_table(spec: dict[str, Any], work: Path) -> str:
+    """The pretrained bases of a sweep: overrides, held-out greedy accuracy, pretraining time."""
+    lines = ["| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall |",
+             "|---|---|---|---|---|"]
+    for name, over in spec["bases"].items():
+        summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
+        if not summary.is_file():
+            continue
+        data = json.loads(summary.read_text())
+        lines.append(f"| {name} | {' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
+                     f"{100 * data['heldout']['accuracy']:.1f} (n={data['heldout']['n']}) | {data['examples']} | "
+                     f"{data['wall_time_s'] / 60:.1f} min |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], table_path: str) -> None:
+    path = Path(table_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("Pretrained bases\n\n" + bases_table(spec, work) + "\nTrials (one line per trial, in the order run)\n\n"
+                    + table(rows))
+
+
 def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | None = None,
               only: list[str] | None = None) -> list[dict[str, Any]]:
     spec = load_sweep(path)
@@ -215,10 +237,9 @@ def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | N
         print(json.dumps({k: row[k] for k in ("name", "base_acc", "wall_s")} |
                          {a: row[a] for a in trial["runs"] if a in row}), flush=True)
         if table_path:
-            Path(table_path).write_text(table(done))
+            write_tables(spec, work, done, table_path)
     if table_path:
-        Path(table_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(table_path).write_text(table(done))
+        write_tables(spec, work, done, table_path)
     return done
 
 

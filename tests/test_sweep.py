@@ -36,7 +36,8 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
         assert 0 < r["min_gamma"] <= 1 and r["base_acc"] == row["base_acc"]
     assert row["gmpo"]["n"] == 1 and row["grpo"]["min_gamma"] == row["runs"][1]["min_gamma"]
     md = (tmp_path / "trials.md").read_text()
-    assert md == table(rows) and "| t1 | tiny | optim.lr=1e-3 | 2 |" in md
+    assert md.endswith(table(rows)) and "| t1 | tiny | optim.lr=1e-3 | 2 |" in md
+    assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
     lines = (tmp_path / "work" / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 1
     run_sweep(str(path), jobs=1, threads=1)  # nothing left to do: the trial is not rerun
