@@ -37,8 +37,23 @@ size should divide the per-rank rows of a mini-batch, so both runs see the same 
 
 Deviations / choices the paper leaves open:
 - Learning-rate schedule: linear warmup then constant (verl's default); the paper gives no lr.
+  ``optim.router_lr_mult`` (default 1) gives the router weights their own learning rate: only the
+  small study's stress regime uses it (router drift as the controlled variable; not in the paper).
 - Metrics are averaged over the step's mini-batches (verl logs the same way).
 - Mini-batch order is a seeded permutation of prompt groups (verl shuffles too).
+- Log-probs (old pass and updates) are scored under softmax(logits / temperature), the
+  distribution the rollout sampled (as verl does); top-p sampling is refused for training.
+- Modes: rollouts and the old pass run in eval mode, the updates in train mode.
+- A response ends at its first special token (EOS, pad, bos, unk, ...): the decoded text the
+  verifier sees skips special tokens, so the trained tokens and the graded text stay the same;
+  ``response/special_stop_frac`` counts the responses that ended on one other than EOS.
+
+Implementation choices that change no result (up to float rounding):
+- The old pass and the updates forward each prompt once per group of responses and trim the
+  padding columns (``rspo.train.forward``).
+- The first, on-policy mini-batch of a step records its own old log-probs, entropy and router
+  cache in its update forward instead of a separate no-grad pass (one process, routing none or
+  freeze, no dropout; ``onpolicy_shortcut``), so gamma is 1 and every ratio 1 there by construction.
 """
 
 from __future__ import annotations
