@@ -117,6 +117,10 @@ __all__ = [
     "sandbox_backend",
     "sandbox_info",
     "BACKENDS",
+    "CallSession",
+    "CandidateRaised",
+    "SessionError",
+    "harness_source",
 ]
 
 BACKENDS = ("bwrap", "unshare", "rlimits")
@@ -545,48 +549,16 @@ def _run(setup: _Setup, code, kind, inputs, fn_name, limits: Limits, on_case) ->
         "nofile": limits.nofile,
         "nproc": limits.nproc,
     }
-    root = _is_root()
-    lease = _UidLease() if root else None
+    lease = _UidLease() if _is_root() else None
     workdir = None
     proc = None
     cases: list[CaseResult] = []
     compile_error = failure = None
     stopped = False
     try:
-        harness = ["-I", "-B", "-c", harness_source()]
-        popen_kw: dict = {}
-        if setup.backend == "bwrap":
-            argv = _bwrap_argv(setup.python, setup.binds, limits) + harness
-            cwd, env = "/", _minimal_env("/tmp")
-            if root:
-                popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
-        else:
-            workdir = tempfile.mkdtemp(prefix="rspo-sbx-")
-            if root:
-                os.chown(workdir, lease.uid, lease.uid)
-            os.chmod(workdir, 0o700)
-            cwd, env = workdir, _minimal_env(workdir)
-            if setup.backend == "unshare":
-                argv = _unshare_argv(setup.python, lease.uid) + harness
-            else:
-                argv = [setup.python] + harness
-                if root:
-                    popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
-                else:
-                    spec["nproc"] = _user_thread_count() + limits.nproc
+        proc, workdir = _launch(setup, spec, limits, lease, stderr=subprocess.PIPE)
         payload = json.dumps(spec).encode("ascii")
         payload = len(payload).to_bytes(8, "big") + payload
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-            **popen_kw,
-        )
         line_cap = 6 * limits.output_bytes + (1 << 20)
         sel = selectors.DefaultSelector()
         os.set_blocking(proc.stdin.fileno(), False)
@@ -705,23 +677,312 @@ def _run(setup: _Setup, code, kind, inputs, fn_name, limits: Limits, on_case) ->
             failure = f"sandbox process ended early ({how})" + (f": {why[-1][:300]}" if why else "")
         return RunResult(setup.backend, cases, compile_error, failure, stopped)
     finally:
-        if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        if lease is not None:
-            _kill_uid(lease.uid)
-            lease.release()
+        _teardown(proc, lease, workdir)
+
+
+def _launch(setup: _Setup, spec: dict, limits: Limits, lease, stderr) -> tuple[subprocess.Popen, str | None]:
+    """Start the harness under the backend; (process, host working directory or None)."""
+    root = lease is not None
+    workdir = None
+    harness = ["-I", "-B", "-c", harness_source()]
+    popen_kw: dict = {}
+    if setup.backend == "bwrap":
+        argv = _bwrap_argv(setup.python, setup.binds, limits) + harness
+        cwd, env = "/", _minimal_env("/tmp")
+        if root:
+            popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
+    else:
+        workdir = tempfile.mkdtemp(prefix="rspo-sbx-")
+        if root:
+            os.chown(workdir, lease.uid, lease.uid)
+        os.chmod(workdir, 0o700)
+        cwd, env = workdir, _minimal_env(workdir)
+        if setup.backend == "unshare":
+            argv = _unshare_argv(setup.python, lease.uid) + harness
+        else:
+            argv = [setup.python] + harness
+            if root:
+                popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
+            else:
+                spec["nproc"] = _user_thread_count() + limits.nproc
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            **popen_kw,
+        )
+    except BaseException:
         if workdir is not None:
             _rmtree(workdir)
+        raise
+    return proc, workdir
+
+
+def _teardown(proc, lease, workdir) -> None:
+    """Kill the sandbox's group, every process of its private uid, remove its directory."""
+    if proc is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    if lease is not None:
+        _kill_uid(lease.uid)
+        lease.release()
+    if workdir is not None:
+        _rmtree(workdir)
+
+
+# ----------------------------------------------------------------------------- call sessions
+class SessionError(Exception):
+    """The solution's process cannot be trusted to answer any more (crash, exit, timeout,
+    garbage on the reply pipe, a value that is not plain data, a compile or load error)."""
+
+
+class CandidateRaised(Exception):
+    """The solution's function raised `name` (an Exception subclass) with message `msg`."""
+
+    def __init__(self, name: str, msg: str):
+        super().__init__(f"{name}: {msg}")
+        self.name = name
+        self.msg = msg
+
+
+_FRAME_BYTES = 64 << 20
+
+
+class CallSession:
+    """Call a sandboxed program's functions from trusted code, one call at a time.
+
+    The program is loaded once in one sandboxed process (harness.py, kind "session"): fresh
+    globals, `__name__ == "__rspo_solution__"`, stdin/stdout/stderr on /dev/null. `call(fn,
+    args)` sends the arguments (plain data, see harness.encode_value) and returns the reply
+    decoded into exact built-in types, or raises CandidateRaised (the function raised an
+    Exception) or SessionError (anything else; the session is then dead and every later call
+    raises SessionError too). Only a well-formed reply carrying the id of the request just
+    sent is accepted; anything else on the pipe (a forged frame, a stray print to fd 4, a
+    second reply) breaks the session. The session's total wall-clock time is
+    `limits.timeout` from the moment the sandbox is ready (RLIMIT_CPU of the solution's
+    process likewise); `call(..., timeout=t)` bounds one call further.
+
+    Nothing but the program and the arguments of each call enters the sandbox: the caller
+    keeps the tests, the expected values and the verdict.
+    """
+
+    def __init__(self, code: str, *, limits: Limits = Limits(), backend: str | None = None,
+                 setup: _Setup | None = None, frame_bytes: int = _FRAME_BYTES):
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        self.code = code
+        self.limits = limits
+        self.frame_bytes = frame_bytes
+        self._setup_obj = setup if setup is not None else _setup(backend)
+        self.backend = self._setup_obj.backend
+        self._proc = None
+        self._lease = None
+        self._workdir = None
+        self._buf = bytearray()
+        self._deadline = None
+        self._next_id = 0
+        self.broken: str | None = None
+        self.calls = 0
+
+    # -- lifecycle
+    def __enter__(self) -> "CallSession":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Launch the sandbox and load the program; SessionError if that fails."""
+        from rspo.rewards.harness import pack_frame  # noqa: F401  (same framing both sides)
+
+        limits = self.limits
+        spec = {
+            "code": self.code,
+            "kind": "session",
+            "fn_name": None,
+            "inputs": [],
+            "timeout": float(limits.timeout),
+            "cpu_s": int(math.ceil(limits.timeout)) + 1,
+            "memory_bytes": limits.memory_mb << 20,
+            "output_bytes": limits.output_bytes,
+            "nofile": limits.nofile,
+            "nproc": limits.nproc,
+            "frame_bytes": self.frame_bytes,
+        }
+        self._lease = _UidLease() if _is_root() else None
+        try:
+            self._err = tempfile.TemporaryFile()
+            self._proc, self._workdir = _launch(self._setup_obj, spec, limits, self._lease, stderr=self._err)
+            payload = json.dumps(spec).encode("ascii")
+            os.set_blocking(self._proc.stdin.fileno(), False)
+            os.set_blocking(self._proc.stdout.fileno(), False)
+            self._deadline = time.monotonic() + limits.startup_s
+            self._write(len(payload).to_bytes(8, "big") + payload)
+            first = self._read_frame()
+            if first.get("t") == "compile_error":
+                self._break(f"syntax error: {first.get('error')}")
+            if first.get("t") != "ready":
+                self._break("sandbox protocol error (no ready record)")
+            self._deadline = time.monotonic() + limits.timeout
+            second = self._read_frame()
+            if second.get("t") == "load_error":
+                self._break(f"error while loading the program: {second.get('error')}")
+            if second.get("t") != "loaded":
+                self._break(self._ended(second) or "sandbox protocol error (program not loaded)")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        lease, self._lease = self._lease, None
+        workdir, self._workdir = self._workdir, None
+        _teardown(proc, lease, workdir)
+        err = getattr(self, "_err", None)
+        if err is not None:
+            err.close()
+            self._err = None
+
+    # -- calls
+    def call(self, fn: str, args: Sequence = (), timeout: float | None = None):
+        """fn(*args) in the sandbox; the decoded return value (exact built-in types)."""
+        from rspo.rewards.harness import CodecError, decode_value, encode_value, pack_frame
+
+        if self.broken is not None:
+            raise SessionError(self.broken)
+        if self._proc is None:
+            raise SessionError("session not started")
+        self._next_id += 1
+        rid = self._next_id
+        self.calls += 1
+        try:
+            tree = encode_value(tuple(args))
+        except CodecError as exc:  # the caller's own arguments: not the solution's fault
+            raise ValueError(f"arguments of {fn} are not plain data: {exc}") from exc
+        old = self._deadline
+        if timeout is not None:
+            self._deadline = min(old, time.monotonic() + timeout)
+        try:
+            self._write(pack_frame({"id": rid, "fn": fn, "args": tree}))
+            rep = self._read_frame()
+        finally:
+            self._deadline = old
+        if rep.get("id") != rid or type(rep.get("id")) is not int:
+            self._break(self._ended(rep) or "reply to another request on the reply pipe")
+        keys = set(rep)
+        if keys == {"id", "ok"}:
+            try:
+                return decode_value(rep["ok"])
+            except (CodecError, RecursionError) as exc:
+                self._break(f"malformed return value: {exc}")
+        if keys == {"id", "exc", "msg"} and type(rep["exc"]) is str and type(rep["msg"]) is str:
+            raise CandidateRaised(rep["exc"][:100], rep["msg"][:300])
+        if keys == {"id", "bad"} and type(rep["bad"]) is str:
+            self._break(f"return value of {fn} is not plain data ({rep['bad'][:200]})")
+        self._break("malformed reply on the reply pipe")
+
+    # -- plumbing
+    def _break(self, why: str):
+        if self.broken is None:
+            self.broken = why
+        self.close()
+        raise SessionError(self.broken)
+
+    @staticmethod
+    def _ended(rec: dict) -> str | None:
+        if rec.get("t") == "exit":
+            how = str(rec.get("how", "?"))[:200]
+            return "timeout" if how == "timeout" else f"the program's process ended ({how})"
+        return None
+
+    def _left(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            self._break("timeout")
+        return left
+
+    def _write(self, data: bytes) -> None:
+        fd = self._proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(fd, view[:1 << 20])
+                view = view[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._break(self._drain_end() or "the program's process ended (broken pipe)")
+            sel = selectors.DefaultSelector()
+            try:
+                sel.register(fd, selectors.EVENT_WRITE)
+                sel.select(timeout=min(self._left(), 1.0))
+            finally:
+                sel.close()
+
+    def _drain_end(self) -> str | None:
+        try:
+            while True:
+                rec = self._read_frame(quiet=True)
+                why = self._ended(rec) if isinstance(rec, dict) else None
+                if why:
+                    return why
+        except SessionError:
+            return None
+
+    def _read_frame(self, quiet: bool = False) -> dict:
+        fd = self._proc.stdout.fileno()
+        while True:
+            if len(self._buf) >= 4:
+                n = int.from_bytes(self._buf[:4], "big")
+                if n > self.frame_bytes:
+                    self._break("sandbox protocol error (frame too long)")
+                if len(self._buf) >= 4 + n:
+                    body = bytes(self._buf[4 : 4 + n])
+                    del self._buf[: 4 + n]
+                    try:
+                        rec = json.loads(body.decode("utf-8"))
+                    except (ValueError, RecursionError):
+                        self._break("garbage on the reply pipe")
+                    if not isinstance(rec, dict):
+                        self._break("garbage on the reply pipe")
+                    return rec
+            left = 0.2 if quiet else self._left()
+            sel = selectors.DefaultSelector()
+            try:
+                sel.register(fd, selectors.EVENT_READ)
+                ready = sel.select(timeout=min(left, 1.0))
+            finally:
+                sel.close()
+            if not ready:
+                if quiet:
+                    raise SessionError("no more records")
+                continue
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._break("the program's process ended (no reply)")
+            self._buf += chunk
