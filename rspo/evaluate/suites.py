@@ -51,7 +51,6 @@ import inspect
 import json
 import logging
 import os
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -236,22 +235,21 @@ def build_program(name: str, item: dict, completion: str, style: str = "chatml",
     raise ValueError(f"unknown code benchmark {name!r}; known: {', '.join(B.CODE_BENCHMARKS)}")
 
 
-_HARNESS = """import contextlib as _rspo_contextlib, io as _rspo_io, sys as _rspo_sys
-_rspo_source = {source!r}
-with _rspo_contextlib.redirect_stdout(_rspo_io.StringIO()), _rspo_contextlib.redirect_stderr(_rspo_io.StringIO()):
-    exec(compile(_rspo_source, "<solution>", "exec"), {{"__name__": "__rspo_solution__"}})
-_rspo_sys.stdout.write({token!r} + "\\n")
-"""
-
-
 def assert_harness(program: str, tests: dict, timeout: float = HARNESS_TIMEOUT_S) -> tuple[str, dict]:
-    """(harness program, stdin-kind tests) that pass iff ``program`` + the asserts run cleanly."""
+    """(program, "assert"-kind tests) for ``rspo.rewards.code.score``: passes iff the benchmark's
+    checks, run in the trusted evaluator against stubs of the program's functions, all pass.
+
+    The stubs are ``tests["stubs"]`` (HumanEval: the entry point) plus every free name the checks
+    call (MBPP: the function under test); ``tests["context"]`` (the HumanEval prompt) is run in the
+    evaluator first so that checks may use its helpers. See rspo/rewards/verdict.py."""
+    from rspo.rewards.verdict import stub_names
+
     if tests.get("kind") != "assert_harness":
         raise ValueError(f"expected an assert_harness test, got kind {tests.get('kind')!r}")
-    token = "RSPO_ALL_ASSERTS_PASSED_" + secrets.token_hex(8)
-    source = program + "\n\n" + tests["code"] + "\n" + (tests.get("call") or "") + "\n"
-    harness = _HARNESS.format(source=source, token=token)
-    return harness, {"kind": "stdin", "cases": [{"input": "", "output": token}], "timeout": timeout}
+    code, call, context = tests["code"], tests.get("call") or "", tests.get("context") or ""
+    stubs, modules = stub_names(code, call, context, tests.get("stubs") or ())
+    return program, {"kind": "assert", "code": code, "call": call, "context": context, "stubs": stubs,
+                     "modules": modules, "timeout": timeout}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,25 +284,24 @@ def evalplus_ground_truth(dataset: str, problem: dict) -> dict:
 
 def _evalplus_one(args: tuple) -> tuple[float, str]:
     dataset, problem, solution, expected = args
-    from evalplus.eval import PASS
-    from evalplus.evaluate import check_correctness
+    from rspo.rewards.verdict import check_evalplus
 
-    r = check_correctness(dataset, 0, problem, solution, expected, base_only=False, fast_check=True)
-    base, plus = r["base"][0], r["plus"][0]
-    ok = base == PASS and plus == PASS
-    return (1.0 if ok else 0.0), ("ok" if ok else f"base {base}, plus {plus}")
+    return check_evalplus(dataset, problem, solution, expected)
 
 
 def score_evalplus(dataset: str, problems: Sequence[dict], solutions: Sequence[str], workers: int | None = None) -> list[tuple[float, str]]:
-    """Score (problem, solution) pairs with evalplus (pass iff base and plus both pass)."""
+    """Score (problem, solution) pairs as evalplus does (pass iff base and plus both pass).
+
+    The solution runs in our sandbox and is only called; its outputs are compared with the
+    canonical solution's in the trusted evaluator (``rspo.rewards.verdict.check_evalplus``)."""
     jobs = [(dataset, p, s, evalplus_ground_truth(dataset, p)) for p, s in zip(problems, solutions)]
     if not jobs:
         return []
     if not workers or workers <= 1:
         return [_evalplus_one(j) for j in jobs]
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=workers) as ex:
+    with ThreadPoolExecutor(max_workers=workers) as ex:
         return list(ex.map(_evalplus_one, jobs))
 
 

@@ -185,10 +185,29 @@ def _with_case(verdict: str, k: int) -> str:
     return f"{head} on case {k}" + (f": {tail}" if sep else "")
 
 
+def _check_assert_tests(tests: dict) -> None:
+    for key in ("code", "stubs", "timeout"):
+        if key not in tests:
+            raise ValueError(f"assert tests need tests[{key!r}]")
+    if not isinstance(tests["code"], str) or not isinstance(tests.get("call", ""), str):
+        raise ValueError("tests['code'] and tests['call'] must be strings")
+    stubs = tests["stubs"]
+    if not isinstance(stubs, (list, tuple)) or not all(isinstance(n, str) and n.isidentifier() for n in stubs):
+        raise ValueError(f"tests['stubs'] must be a list of identifiers, got {stubs!r}")
+    timeout = tests["timeout"]
+    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"tests['timeout'] must be a positive number of seconds, got {timeout!r}")
+
+
 def score(program: str, tests: dict, *, backend: str | None = None) -> tuple[float, str]:
     """(1.0, "ok") if `program` passes every case of `tests` in the sandbox, else (0.0, reason)."""
     if not isinstance(program, str):
         raise TypeError(f"program must be a str, got {type(program).__name__}")
+    if isinstance(tests, dict) and tests.get("kind") == "assert":
+        from rspo.rewards.verdict import check_asserts
+
+        _check_assert_tests(tests)
+        return check_asserts(program, tests, backend=backend)
     kind, inputs, outputs, fn_name, limits = _check_tests(tests)
     first_failure: list[str] = []
 
@@ -238,7 +257,10 @@ def score_batch(
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     for t in tests_list:
-        _check_tests(t)
+        if isinstance(t, dict) and t.get("kind") == "assert":
+            _check_assert_tests(t)
+        else:
+            _check_tests(t)
     fn = score_completion if extract else score
     if not programs:
         return []

@@ -475,10 +475,11 @@ def session_child(code, req_fd, rep_fd, spec):
         rid = req.get("id")
         try:
             args = decode_value(req["args"])
+            kwargs = decode_value(req["kwargs"]) if "kwargs" in req else {}
             fn = g.get(req["fn"])
             if not callable(fn):
                 raise NameError("name %r is not defined by the program" % (req["fn"],))
-            value = fn(*args)
+            value = fn(*args, **kwargs)
         except SystemExit:
             os._exit(1)
         except BaseException as e:

@@ -863,8 +863,8 @@ class CallSession:
             self._err = None
 
     # -- calls
-    def call(self, fn: str, args: Sequence = (), timeout: float | None = None):
-        """fn(*args) in the sandbox; the decoded return value (exact built-in types)."""
+    def call(self, fn: str, args: Sequence = (), timeout: float | None = None, kwargs: dict | None = None):
+        """fn(*args, **kwargs) in the sandbox; the decoded return value (exact built-in types)."""
         from rspo.rewards.harness import CodecError, decode_value, encode_value, pack_frame
 
         if self.broken is not None:
@@ -876,13 +876,17 @@ class CallSession:
         self.calls += 1
         try:
             tree = encode_value(tuple(args))
+            ktree = encode_value(dict(kwargs)) if kwargs else None
         except CodecError as exc:  # the caller's own arguments: not the solution's fault
             raise ValueError(f"arguments of {fn} are not plain data: {exc}") from exc
         old = self._deadline
         if timeout is not None:
             self._deadline = min(old, time.monotonic() + timeout)
         try:
-            self._write(pack_frame({"id": rid, "fn": fn, "args": tree}))
+            req = {"id": rid, "fn": fn, "args": tree}
+            if ktree is not None:
+                req["kwargs"] = ktree
+            self._write(pack_frame(req))
             rep = self._read_frame()
         finally:
             self._deadline = old
