@@ -173,7 +173,7 @@ def _case_verdict(kind: str, case: CaseResult, expected: Any) -> str | None:
         return f"wrong answer: expected {_short(expected.strip())}, got {_short(case.stdout.strip())}"
     try:
         got = json.loads(case.value) if case.value is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # malformed, or nested too deep to decode
         return "runtime error: unreadable return value"
     if got == expected:
         return None
