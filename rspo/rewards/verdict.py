@@ -69,6 +69,7 @@ MBPP+ base and plus inputs share one solution process (evalplus uses one process
 from __future__ import annotations
 
 import ast
+import atexit
 import builtins
 import json
 import math
@@ -77,6 +78,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from rspo.rewards.sandbox import CandidateRaised, Limits, SessionError, _setup
@@ -135,32 +137,95 @@ def stub_names(code: str, call: str = "", context: str = "", explicit=()) -> tup
 
 
 # ----------------------------------------------------------------------------- parent side
+class _Evaluator:
+    """One trusted evaluator process (``python -I -B``), serving checks one at a time.
+
+    Requests and results are framed (8-byte length + pickle / JSON) on its stdin/stdout. A
+    process is reused for the next check (each check gets a fresh namespace and its own
+    sandbox) to save an interpreter start; it is killed and replaced after any error or
+    timeout."""
+
+    def __init__(self):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        for k in ("HOME", "TMPDIR", "RSPO_SANDBOX_UID_BASE"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        self.proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", _BOOT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
+
+    def run(self, spec: dict, budget_s: float) -> tuple[float, str]:
+        import selectors
+        import time
+
+        data = pickle.dumps(spec)
+        self.proc.stdin.write(len(data).to_bytes(8, "big") + data)
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + budget_s + _EVALUATOR_SLACK_S
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                if len(buf) >= 8 and len(buf) >= 8 + int.from_bytes(buf[:8], "big"):
+                    res = json.loads(buf[8 : 8 + int.from_bytes(buf[:8], "big")].decode("utf-8"))
+                    return float(res["score"]), str(res["reason"])
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the trusted evaluator did not finish")
+                if sel.select(timeout=left):
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        raise EOFError(f"the trusted evaluator ended (exit code {self.proc.poll()})")
+                    buf += chunk
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.proc.wait()
+
+
+_LOCAL = threading.local()
+_ALL: list = []
+_ALL_LOCK = threading.Lock()
+
+
+def _close_all() -> None:
+    with _ALL_LOCK:
+        for ev in _ALL:
+            ev.close()
+        _ALL.clear()
+
+
+atexit.register(_close_all)
+
+
 def _run_evaluator(spec: dict, budget_s: float) -> tuple[float, str]:
     s = _setup(spec.pop("backend", None))
     spec["setup"] = (s.backend, s.python, s.binds)
     spec["alarm"] = int(math.ceil(budget_s + _EVALUATOR_SLACK_S / 2))
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    for k in ("HOME", "TMPDIR", "RSPO_SANDBOX_UID_BASE"):
-        if k in os.environ:
-            env[k] = os.environ[k]
-    proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", _BOOT], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    ev = getattr(_LOCAL, "evaluator", None)
+    if ev is None or ev.proc.poll() is not None:
+        ev = _LOCAL.evaluator = _Evaluator()
+        with _ALL_LOCK:
+            _ALL.append(ev)
     try:
-        out, err = proc.communicate(pickle.dumps(spec), timeout=budget_s + _EVALUATOR_SLACK_S)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.communicate()
-        return 0.0, "evaluator error: the trusted evaluator did not finish"
-    try:
-        res = json.loads(out.decode("utf-8"))
-        return float(res["score"]), str(res["reason"])
-    except (ValueError, KeyError, TypeError):
-        tail = err.decode("utf-8", "replace").strip().splitlines()
-        return 0.0, "evaluator error: " + (tail[-1][:300] if tail else f"exit code {proc.returncode}")
+        return ev.run(spec, budget_s)
+    except (OSError, EOFError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+        _LOCAL.evaluator = None
+        with _ALL_LOCK:
+            if ev in _ALL:
+                _ALL.remove(ev)
+        ev.close()
+        return 0.0, f"evaluator error: {str(exc)[:300]}"
 
 
 def check_asserts(program: str, tests: dict, *, backend: str | None = None) -> tuple[float, str]:
@@ -340,16 +405,8 @@ def _evalplus_mode(spec: dict, session) -> tuple[float, str]:
     return (1.0 if ok else 0.0), ("ok" if ok else ", ".join(f"{g['name']} {s}" for g, s in zip(spec["groups"], statuses)))
 
 
-def _main() -> None:
-    """Entry point of the trusted evaluator process (spec pickled on stdin)."""
+def _serve_one(spec: dict) -> tuple[float, str]:
     from rspo.rewards.sandbox import CallSession, _Setup
-
-    spec = pickle.loads(sys.stdin.buffer.read())
-    out_fd = os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 0)
-    os.close(devnull)
 
     def on_alarm(signum, frame):
         raise SystemExit("the evaluator's own deadline passed")
@@ -362,16 +419,35 @@ def _main() -> None:
         try:
             session.start()
         except SessionError as exc:
-            score, reason = 0.0, str(exc)
-        else:
-            if spec["mode"] == "assert":
-                score, reason = _assert_mode(spec, session)
-            else:
-                score, reason = _evalplus_mode(spec, session)
+            return 0.0, str(exc)
+        if spec["mode"] == "assert":
+            return _assert_mode(spec, session)
+        return _evalplus_mode(spec, session)
     except BaseException as exc:  # noqa: BLE001 - whatever happened, it is not a pass
-        score, reason = 0.0, f"evaluator error: {_short(exc)}"
+        return 0.0, f"evaluator error: {_short(exc)}"
     finally:
         signal.alarm(0)
         if session is not None:
             session.close()
-    os.write(out_fd, json.dumps({"score": score, "reason": reason}).encode("utf-8"))
+
+
+def _main() -> None:
+    """Entry point of the trusted evaluator process: framed pickled specs on stdin, one
+    framed JSON result each on a private dup of stdout (fd 0-2 are /dev/null meanwhile)."""
+    from rspo.rewards.harness import read_exact, write_all
+
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    while True:
+        head = read_exact(in_fd, 8)
+        if head is None:
+            return
+        payload = read_exact(in_fd, int.from_bytes(head, "big"))
+        if payload is None:
+            return
+        score, reason = _serve_one(pickle.loads(payload))
+        out = json.dumps({"score": score, "reason": reason}).encode("utf-8")
+        write_all(out_fd, len(out).to_bytes(8, "big") + out)
