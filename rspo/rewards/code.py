@@ -9,6 +9,9 @@ program, one forked process per case) are described in rspo/rewards/sandbox.py;
 Tests schema
     {"kind": "stdin", "cases": [{"input": str, "output": str}, ...]}
     {"kind": "functional", "fn_name": str, "cases": [{"input": [args...], "output": value}, ...]}
+    {"kind": "assert", "code": str, "call": str, "context": str, "stubs": [names], "timeout": s}
+      (benchmarks whose checks are code: HumanEval/MBPP; built by
+      rspo.evaluate.suites.assert_harness and decided by rspo.rewards.verdict.check_asserts)
 optional keys: "timeout" (seconds per case, default 6 as in LiveCodeBench) and
 "memory_mb" (address-space limit, default 1024). Functional inputs are already-decoded
 argument lists (LCB stores each argument as one JSON line: decode with
@@ -26,6 +29,16 @@ Comparison (LiveCodeBench `lcb_runner/evaluation/testing_util.py`)
   item()/tolist(); other non-JSON values (sets, custom objects) fail the case.
 - A problem passes only if every case passes; cases run in order and the run stops at the
   first failure (as LCB does). Case numbers in reasons are 1-based.
+
+Where verdicts are decided (issue #14): never in the process that runs the program. For
+"stdin" and "functional", the sandbox returns the case's stdout / the JSON text of the return
+value and THIS process compares it with the expected output, which never enters the sandbox
+(a program writing a fake record on its result fd can only claim a value, which is then
+compared like any other; exiting early with status 0 gives an empty output, or for
+"functional" no value = runtime error). A pass therefore means every case's output matched.
+For "assert", the checks run in a trusted evaluator process against stubs of the program's
+functions (rspo/rewards/verdict.py). Not guaranteed in any kind: a program may still use CPU,
+memory, processes and disk up to the sandbox limits (rspo/rewards/sandbox.py).
 
 Reasons: "ok", "syntax error: ...", "wrong answer on case k: expected ..., got ...",
 "timeout on case k", "runtime error on case k: ZeroDivisionError: division by zero",

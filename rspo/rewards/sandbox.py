@@ -13,6 +13,15 @@ reach; the EXPECTED outputs never enter the sandbox (they are compared by the ca
 program cannot read them from memory. The caller may stop early (first failure) and the
 whole sandbox is then killed.
 
+Call sessions (`CallSession`, harness kind "session"): for benchmarks whose checks are code
+(HumanEval, MBPP, HumanEval+/MBPP+), the program is loaded once in ONE forked child that then
+answers calls: framed requests (function name + arguments in a plain-data codec) on fd 3,
+framed replies on fd 4, fds 0-2 on /dev/null. The checks and the verdict stay with the caller
+(rspo/rewards/verdict.py); only well-formed replies to the pending request are accepted and
+values are decoded into exact built-in types, so the solution cannot forge a pass by writing
+on any fd, exiting, or returning objects that lie about equality. The whole session has one
+wall-clock budget (`Limits.timeout`) and RLIMIT_CPU of ceil(timeout)+1 s.
+
 Isolation, chosen once per process by `sandbox_backend()` (override with the environment
 variable RSPO_SANDBOX_BACKEND=bwrap|unshare|rlimits or the `backend=` argument):
 
