@@ -58,7 +58,8 @@ def {fn}(*args, **kwargs):
         f = f.f_back
     for fd in (1, 2, 3, 4):
         try:
-            os.write(fd, _frame({{"id": rid, "ok": True}}) + _frame({{"id": rid, "ok": ["u", "pass"]}}) + _frame({{"t": "exit", "how": "exit code 0"}}))
+            os.write(fd, _frame({{"id": rid, "ok": True}}) + _frame({{"id": rid, "ok": ["u", "pass"]}})
+                     + _frame({{"t": "exit", "how": "exit code 0"}}))
         except OSError:
             pass
     os._exit(0)

@@ -25,7 +25,14 @@ Protocol: the caller writes an 8-byte big-endian length and a JSON spec on stdin
   itself). No test, expected value or pass token is ever sent here.
 """
 
-import builtins, fcntl, json, os, resource, signal, sys, time
+import builtins
+import fcntl
+import json
+import os
+import resource
+import signal
+import sys
+import time
 
 PRELUDE = """from string import *
 from re import *
@@ -576,7 +583,8 @@ def main():
     # Pre-import what the program imports (installed modules only; the program itself is
     # not run here) so that forked cases do not pay for heavy imports again.
     try:
-        import ast, importlib
+        import ast
+        import importlib
         names = set()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):
@@ -622,7 +630,7 @@ def main():
             pass
         out = read_fd(out_fd, spec["output_bytes"])
         err = read_fd(err_fd, 1 << 16)[-4000:].decode("utf-8", "replace")
-        res_lines = [l for l in read_fd(res_fd, spec["output_bytes"] + (1 << 20)).split(b"\n") if l.strip()]
+        res_lines = [ln for ln in read_fd(res_fd, spec["output_bytes"] + (1 << 20)).split(b"\n") if ln.strip()]
         for fd in (out_fd, err_fd, res_fd):
             os.close(fd)
         res = None

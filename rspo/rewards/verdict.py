@@ -141,9 +141,9 @@ class _Evaluator:
     """One trusted evaluator process (``python -I -B``), serving checks one at a time.
 
     Requests and results are framed (8-byte length + pickle / JSON) on its stdin/stdout. A
-    process is reused for the next check (each check gets a fresh namespace and its own
-    sandbox) to save an interpreter start; it is killed and replaced after any error or
-    timeout."""
+    process is reused for later checks (each check gets a fresh namespace and its own
+    sandbox) to save an interpreter start: at most ``_MAX_IDLE`` wait in a shared pool; one is
+    killed (never reused) after any error or timeout."""
 
     def __init__(self):
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -154,6 +154,7 @@ class _Evaluator:
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", _BOOT], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
+        self.owner = os.getpid()
 
     def run(self, spec: dict, budget_s: float) -> tuple[float, str]:
         import selectors
@@ -193,39 +194,57 @@ class _Evaluator:
         self.proc.wait()
 
 
-_LOCAL = threading.local()
-_ALL: list = []
-_ALL_LOCK = threading.Lock()
+_IDLE: list[_Evaluator] = []
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE = max(2, os.cpu_count() or 2)
 
 
-def _close_all() -> None:
-    with _ALL_LOCK:
-        for ev in _ALL:
+def _acquire() -> _Evaluator:
+    with _IDLE_LOCK:
+        while _IDLE:
+            ev = _IDLE.pop()
+            if ev.owner != os.getpid():  # inherited through fork: the parent's, not ours to use
+                continue
+            if ev.proc.poll() is None:
+                return ev
             ev.close()
-        _ALL.clear()
+    return _Evaluator()
 
 
-atexit.register(_close_all)
+def _release(ev: _Evaluator) -> None:
+    with _IDLE_LOCK:
+        if len(_IDLE) < _MAX_IDLE:
+            _IDLE.append(ev)
+            return
+    ev.close()
+
+
+def _close_idle() -> None:
+    with _IDLE_LOCK:
+        idle = [ev for ev in _IDLE if ev.owner == os.getpid()]
+        _IDLE.clear()
+    for ev in idle:
+        ev.close()
+
+
+atexit.register(_close_idle)
 
 
 def _run_evaluator(spec: dict, budget_s: float) -> tuple[float, str]:
     s = _setup(spec.pop("backend", None))
     spec["setup"] = (s.backend, s.python, s.binds)
     spec["alarm"] = int(math.ceil(budget_s + _EVALUATOR_SLACK_S / 2))
-    ev = getattr(_LOCAL, "evaluator", None)
-    if ev is None or ev.proc.poll() is not None:
-        ev = _LOCAL.evaluator = _Evaluator()
-        with _ALL_LOCK:
-            _ALL.append(ev)
+    ev = _acquire()
     try:
-        return ev.run(spec, budget_s)
+        result = ev.run(spec, budget_s)
     except (OSError, EOFError, TimeoutError, ValueError, KeyError, TypeError) as exc:
-        _LOCAL.evaluator = None
-        with _ALL_LOCK:
-            if ev in _ALL:
-                _ALL.remove(ev)
         ev.close()
         return 0.0, f"evaluator error: {str(exc)[:300]}"
+    except BaseException:
+        ev.close()
+        raise
+    _release(ev)
+    return result
 
 
 def check_asserts(program: str, tests: dict, *, backend: str | None = None) -> tuple[float, str]:
