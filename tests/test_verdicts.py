@@ -402,3 +402,18 @@ def test_codec_is_plain_data_only():
         deep = ["l", [deep]]
     with pytest.raises(CodecError):
         decode_value(deep)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare", "rlimits"])
+def test_call_sessions_on_every_available_backend(backend):
+    from rspo.rewards.sandbox import sandbox_backend
+
+    try:
+        sandbox_backend(backend)
+    except RuntimeError as exc:
+        pytest.skip(f"{backend} not available: {exc}")
+    tests = {"kind": "assert_harness", "code": "assert f(2) == 3\nassert f(-1) == 0\n", "call": ""}
+    assert score(*S.assert_harness("def f(x):\n    return x + 1\n", tests), backend=backend) == (1.0, "ok")
+    for name in ("forge_reply_frame_with_request_id", "exit0_inside_call", "kill_the_harness", "always_equal_object"):
+        r = score(*S.assert_harness(ATTACKS[name].format(fn="f"), tests), backend=backend)
+        assert r[0] == 0.0, (name, r)
