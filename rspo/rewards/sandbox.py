@@ -1,6 +1,6 @@
 """Run untrusted Python programs against test inputs, isolated from the evaluator.
 
-One sandboxed process per PROGRAM (not per case): a small trusted harness (`_HARNESS`,
+One sandboxed process per PROGRAM (not per case): a small trusted harness (rspo/rewards/harness.py,
 run with `python -I -B -c`) reads the program and every case input from its stdin,
 compiles the program once, pre-imports the modules it imports, then FORKS ONE CHILD PER
 CASE. Each child gets fresh globals (LiveCodeBench's import prelude, `__name__ ==
@@ -12,6 +12,15 @@ program. The harness streams one JSON record per case back on a pipe the childre
 reach; the EXPECTED outputs never enter the sandbox (they are compared by the caller), so a
 program cannot read them from memory. The caller may stop early (first failure) and the
 whole sandbox is then killed.
+
+Call sessions (`CallSession`, harness kind "session"): for benchmarks whose checks are code
+(HumanEval, MBPP, HumanEval+/MBPP+), the program is loaded once in ONE forked child that then
+answers calls: framed requests (function name + arguments in a plain-data codec) on fd 3,
+framed replies on fd 4, fds 0-2 on /dev/null. The checks and the verdict stay with the caller
+(rspo/rewards/verdict.py); only well-formed replies to the pending request are accepted and
+values are decoded into exact built-in types, so the solution cannot forge a pass by writing
+on any fd, exiting, or returning objects that lie about equality. The whole session has one
+wall-clock budget (`Limits.timeout`) and RLIMIT_CPU of ceil(timeout)+1 s.
 
 Isolation, chosen once per process by `sandbox_backend()` (override with the environment
 variable RSPO_SANDBOX_BACKEND=bwrap|unshare|rlimits or the `backend=` argument):
@@ -117,6 +126,10 @@ __all__ = [
     "sandbox_backend",
     "sandbox_info",
     "BACKENDS",
+    "CallSession",
+    "CandidateRaised",
+    "SessionError",
+    "harness_source",
 ]
 
 BACKENDS = ("bwrap", "unshare", "rlimits")
@@ -187,377 +200,16 @@ class RunResult:
 
 
 # ----------------------------------------------------------------------------- harness
-# Runs INSIDE the sandbox with the sandbox's interpreter (any Python >= 3.8). Keep it
-# self-contained. It writes records on a private dup of fd 1; fd 1 itself is /dev/null.
-_HARNESS = r'''
-import builtins, fcntl, json, os, resource, signal, sys, time
+# The program run INSIDE the sandbox is rspo/rewards/harness.py, passed as `python -I -B -c
+# <its text>` (the file need not be visible inside the sandbox). It writes records on a
+# private dup of fd 1; fd 1 itself is /dev/null.
+@functools.lru_cache(maxsize=1)
+def harness_source() -> str:
+    """Text of rspo/rewards/harness.py, the program the sandbox runs."""
+    from rspo.rewards import harness
 
-PRELUDE = """from string import *
-from re import *
-from datetime import *
-from collections import *
-from heapq import *
-from bisect import *
-from copy import *
-from math import *
-from random import *
-from statistics import *
-from itertools import *
-from functools import *
-from operator import *
-from io import *
-from sys import *
-from json import *
-from builtins import *
-from typing import *
-import string
-import re
-import datetime
-import collections
-import heapq
-import bisect
-import copy
-import math
-import random
-import statistics
-import itertools
-import functools
-import operator
-import io
-import sys
-import json
-sys.setrecursionlimit(50000)
-"""
-SKIP_PREIMPORT = {"antigravity", "this", "__hello__", "__phello__", "idlelib", "tkinter", "turtle", "turtledemo"}
-
-
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def read_fd(fd, limit):
-    os.lseek(fd, 0, 0)
-    chunks, total = [], 0
-    while total < limit:
-        b = os.read(fd, min(1 << 20, limit - total))
-        if not b:
-            break
-        chunks.append(b)
-        total += len(b)
-    return b"".join(chunks)
-
-
-def setlim(res, soft, hard=None):
-    try:
-        cur_soft, cur_hard = resource.getrlimit(res)
-        if hard is None:
-            hard = soft
-        if cur_hard != resource.RLIM_INFINITY:
-            hard = min(hard, cur_hard)
-            soft = min(soft, hard)
-        resource.setrlimit(res, (soft, hard))
-    except (ValueError, OSError):
-        pass
-
-
-def prctl(option, arg):
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
-    except Exception:
-        pass
-
-
-def memfd(name):
-    try:
-        return os.memfd_create(name)
-    except (AttributeError, OSError):
-        import tempfile
-        fd, path = tempfile.mkstemp(prefix=name)
-        os.unlink(path)
-        return fd
-
-
-def signame(sig):
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return "signal %d" % sig
-
-
-def json_default(o):
-    if getattr(o, "shape", None) == () and hasattr(o, "item"):
-        return o.item()
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    raise TypeError("return value of type %s is not JSON serializable" % type(o).__name__)
-
-
-def child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec):
-    # Never returns. Runs the program on one case with fresh globals.
-    def result(obj):
-        try:
-            write_all(3, ("\n" + json.dumps(obj) + "\n").encode())
-        except Exception:
-            pass
-
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass
-    try:
-        in_fd = memfd("in")
-        if kind == "stdin":
-            write_all(in_fd, case_input.encode("utf-8", "surrogateescape"))
-        os.lseek(in_fd, 0, 0)
-        # Move the sources above the targets 0..3 first, so no dup2 clobbers another.
-        in_fd, out_fd, err_fd, res_fd = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (in_fd, out_fd, err_fd, res_fd)]
-        os.dup2(in_fd, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        os.dup2(res_fd, 3)
-        os.closerange(4, max(spec["nofile"], 256) + 16)
-        cap = spec["output_bytes"]
-        setlim(resource.RLIMIT_FSIZE, cap)
-        cpu = spec["cpu_s"]
-        setlim(resource.RLIMIT_CPU, cpu, cpu + 1)
-        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-    except BaseException as e:
-        result({"error": "harness setup failed: %r" % (e,)})
-        os._exit(70)
-    g = dict(base)
-    g["__name__"] = "__main__"
-    g["__builtins__"] = builtins
-    g["__file__"] = "solution.py"
-    try:
-        exec(code, g)
-        if kind == "functional":
-            fn = g.get(fn_name)
-            if not callable(fn) or isinstance(fn, type):
-                sol = g.get("Solution")
-                if isinstance(sol, type) and hasattr(sol, fn_name):
-                    fn = getattr(sol(), fn_name)
-                else:
-                    raise NameError("function %r not found (neither top-level nor Solution().%s)" % (fn_name, fn_name))
-            value = fn(*case_input)
-            text = json.dumps(value, default=json_default)
-            sys.stdout.flush()
-            result({"ok": True, "value": text})
-        else:
-            sys.stdout.flush()
-            result({"ok": True})
-        os._exit(0)
-    except SystemExit as e:
-        code_ = e.code
-        try:
-            sys.stdout.flush()
-        except BaseException:
-            pass
-        if code_ is None or code_ is False or code_ == 0:
-            if kind == "functional":
-                result({"error": "SystemExit: the program exited before returning"})
-                os._exit(1)
-            result({"ok": True})
-            os._exit(0)
-        result({"error": "SystemExit: %s" % (code_,)})
-        os._exit(1)
-    except MemoryError:
-        result({"error": "MemoryError", "memory": True})
-        os._exit(1)
-    except BaseException as e:
-        try:
-            import traceback
-            traceback.print_exc()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        msg = "%s: %s" % (type(e).__name__, e)
-        result({"error": msg[:1000]})
-        os._exit(1)
-
-
-def wait_child(pid, timeout):
-    # Returns (killed_by_timeout, wait_status).
-    deadline = time.monotonic() + timeout
-    pidfd = None
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        if pidfd is not None:
-            import select
-            poller = select.poll()
-            poller.register(pidfd, select.POLLIN)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if poller.poll(int(left * 1000) + 1):
-                    _, st = os.waitpid(pid, 0)
-                    return False, st
-        else:
-            delay = 0.0005
-            while time.monotonic() < deadline:
-                p, st = os.waitpid(pid, os.WNOHANG)
-                if p == pid:
-                    return False, st
-                time.sleep(delay)
-                delay = min(delay * 2, 0.01)
-        p, st = os.waitpid(pid, os.WNOHANG)
-        if p == pid:
-            return False, st
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        _, st = os.waitpid(pid, 0)
-        return True, st
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def main():
-    chunks = []
-    while True:
-        b = os.read(0, 1 << 20)
-        if not b:
-            break
-        chunks.append(b)
-    spec = json.loads(b"".join(chunks).decode("utf-8", "surrogateescape"))
-    del chunks
-    rec_fd = os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-
-    def emit(obj):
-        write_all(rec_fd, (json.dumps(obj) + "\n").encode())
-
-    prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
-    prctl(4, 0)  # PR_SET_DUMPABLE = 0
-    mem = spec["memory_bytes"]
-    setlim(resource.RLIMIT_CORE, 0)
-    setlim(resource.RLIMIT_NOFILE, spec["nofile"])
-    setlim(resource.RLIMIT_NPROC, spec["nproc"])
-    stack_soft, stack_hard = resource.getrlimit(resource.RLIMIT_STACK)
-    want = min(256 << 20, mem // 2)
-    if stack_hard == resource.RLIM_INFINITY or stack_hard >= want:
-        setlim(resource.RLIMIT_STACK, want, stack_hard)
-    setlim(resource.RLIMIT_AS, mem)
-    kind = spec["kind"]
-    source = spec["code"]
-    try:
-        code = compile(source, "solution.py", "exec", dont_inherit=True)
-    except SyntaxError as e:
-        emit({"t": "compile_error", "error": "%s: %s (line %s)" % (type(e).__name__, e.msg, e.lineno)})
-        emit({"t": "done"})
-        return
-    except (ValueError, TypeError, MemoryError, RecursionError) as e:
-        emit({"t": "compile_error", "error": "%s: %s" % (type(e).__name__, e)})
-        emit({"t": "done"})
-        return
-    base = {}
-    exec(compile(PRELUDE, "<prelude>", "exec"), base)
-    # Pre-import what the program imports (installed modules only; the program itself is
-    # not run here) so that forked cases do not pay for heavy imports again.
-    try:
-        import ast, importlib
-        names = set()
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-        for name in sorted(names):
-            if name.split(".")[0] in SKIP_PREIMPORT:
-                continue
-            try:
-                importlib.import_module(name)
-            except BaseException:
-                pass
-    except BaseException:
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    fn_name = spec.get("fn_name")
-    timeout = spec["timeout"]
-    emit({"t": "ready"})
-    for i, case_input in enumerate(spec["inputs"]):
-        out_fd, err_fd, res_fd = memfd("out"), memfd("err"), memfd("res")
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec)
-            os._exit(70)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
-        timed_out, st = wait_child(pid, timeout)
-        elapsed = time.monotonic() - t0
-        try:
-            os.killpg(pid, signal.SIGKILL)  # leftovers of the case in its group
-        except OSError:
-            pass
-        out = read_fd(out_fd, spec["output_bytes"])
-        err = read_fd(err_fd, 1 << 16)[-4000:].decode("utf-8", "replace")
-        res_lines = [l for l in read_fd(res_fd, spec["output_bytes"] + (1 << 20)).split(b"\n") if l.strip()]
-        for fd in (out_fd, err_fd, res_fd):
-            os.close(fd)
-        res = None
-        if res_lines:
-            try:
-                res = json.loads(res_lines[-1].decode("utf-8", "replace"))
-                if not isinstance(res, dict):
-                    res = None
-            except ValueError:
-                res = None
-        rec = {"t": "case", "i": i, "time": round(elapsed, 4)}
-        if timed_out:
-            rec.update(status="timeout", error="wall-clock timeout")
-        elif os.WIFSIGNALED(st):
-            sig = os.WTERMSIG(st)
-            if sig == signal.SIGXCPU:
-                rec.update(status="timeout", error="CPU time limit (SIGXCPU)")
-            elif sig == signal.SIGXFSZ:
-                rec.update(status="output", error="output limit exceeded (SIGXFSZ)")
-            else:
-                rec.update(status="signal", error="killed by %s" % signame(sig))
-        elif os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0:
-            if kind == "functional":
-                if res is not None and res.get("ok") and isinstance(res.get("value"), str):
-                    rec.update(status="ok", value=res["value"])
-                else:
-                    rec.update(status="error", error="no return value (the program exited before returning)")
-            else:
-                rec.update(status="ok", stdout=out.decode("utf-8", "replace"))
-        else:
-            code_ = os.WEXITSTATUS(st) if os.WIFEXITED(st) else -1
-            if res is not None and res.get("memory"):
-                rec.update(status="memory", error="MemoryError")
-            elif res is not None and res.get("error"):
-                rec.update(status="error", error=str(res["error"]))
-            else:
-                last = err.strip().splitlines()[-1] if err.strip() else ""
-                rec.update(status="error", error=("exit code %d" % code_) + (": " + last if last else ""))
-            if "MemoryError" in rec.get("error", "") and rec["status"] == "error":
-                rec["status"] = "memory"
-        emit(rec)
-    emit({"t": "done"})
-
-
-main()
-'''
+    with open(harness.__file__, encoding="utf-8") as f:
+        return f.read()
 
 
 # ----------------------------------------------------------------------------- backends
@@ -906,47 +558,16 @@ def _run(setup: _Setup, code, kind, inputs, fn_name, limits: Limits, on_case) ->
         "nofile": limits.nofile,
         "nproc": limits.nproc,
     }
-    root = _is_root()
-    lease = _UidLease() if root else None
+    lease = _UidLease() if _is_root() else None
     workdir = None
     proc = None
     cases: list[CaseResult] = []
     compile_error = failure = None
     stopped = False
     try:
-        harness = ["-I", "-B", "-c", _HARNESS]
-        popen_kw: dict = {}
-        if setup.backend == "bwrap":
-            argv = _bwrap_argv(setup.python, setup.binds, limits) + harness
-            cwd, env = "/", _minimal_env("/tmp")
-            if root:
-                popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
-        else:
-            workdir = tempfile.mkdtemp(prefix="rspo-sbx-")
-            if root:
-                os.chown(workdir, lease.uid, lease.uid)
-            os.chmod(workdir, 0o700)
-            cwd, env = workdir, _minimal_env(workdir)
-            if setup.backend == "unshare":
-                argv = _unshare_argv(setup.python, lease.uid) + harness
-            else:
-                argv = [setup.python] + harness
-                if root:
-                    popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
-                else:
-                    spec["nproc"] = _user_thread_count() + limits.nproc
+        proc, workdir = _launch(setup, spec, limits, lease, stderr=subprocess.PIPE)
         payload = json.dumps(spec).encode("ascii")
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-            **popen_kw,
-        )
+        payload = len(payload).to_bytes(8, "big") + payload
         line_cap = 6 * limits.output_bytes + (1 << 20)
         sel = selectors.DefaultSelector()
         os.set_blocking(proc.stdin.fileno(), False)
@@ -1065,23 +686,316 @@ def _run(setup: _Setup, code, kind, inputs, fn_name, limits: Limits, on_case) ->
             failure = f"sandbox process ended early ({how})" + (f": {why[-1][:300]}" if why else "")
         return RunResult(setup.backend, cases, compile_error, failure, stopped)
     finally:
-        if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        if lease is not None:
-            _kill_uid(lease.uid)
-            lease.release()
+        _teardown(proc, lease, workdir)
+
+
+def _launch(setup: _Setup, spec: dict, limits: Limits, lease, stderr) -> tuple[subprocess.Popen, str | None]:
+    """Start the harness under the backend; (process, host working directory or None)."""
+    root = lease is not None
+    workdir = None
+    harness = ["-I", "-B", "-c", harness_source()]
+    popen_kw: dict = {}
+    if setup.backend == "bwrap":
+        argv = _bwrap_argv(setup.python, setup.binds, limits) + harness
+        cwd, env = "/", _minimal_env("/tmp")
+        if root:
+            popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
+    else:
+        workdir = tempfile.mkdtemp(prefix="rspo-sbx-")
+        if root:
+            os.chown(workdir, lease.uid, lease.uid)
+        os.chmod(workdir, 0o700)
+        cwd, env = workdir, _minimal_env(workdir)
+        if setup.backend == "unshare":
+            argv = _unshare_argv(setup.python, lease.uid) + harness
+        else:
+            argv = [setup.python] + harness
+            if root:
+                popen_kw = dict(user=lease.uid, group=lease.uid, extra_groups=[])
+            else:
+                spec["nproc"] = _user_thread_count() + limits.nproc
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            **popen_kw,
+        )
+    except BaseException:
         if workdir is not None:
             _rmtree(workdir)
+        raise
+    return proc, workdir
+
+
+def _teardown(proc, lease, workdir) -> None:
+    """Kill the sandbox's group, every process of its private uid, remove its directory."""
+    if proc is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    if lease is not None:
+        _kill_uid(lease.uid)
+        lease.release()
+    if workdir is not None:
+        _rmtree(workdir)
+
+
+# ----------------------------------------------------------------------------- call sessions
+class SessionError(Exception):
+    """The solution's process cannot be trusted to answer any more (crash, exit, timeout,
+    garbage on the reply pipe, a value that is not plain data, a compile or load error)."""
+
+
+class CandidateRaised(Exception):
+    """The solution's function raised `name` (an Exception subclass) with message `msg`."""
+
+    def __init__(self, name: str, msg: str):
+        super().__init__(f"{name}: {msg}")
+        self.name = name
+        self.msg = msg
+
+
+_FRAME_BYTES = 64 << 20
+
+
+class CallSession:
+    """Call a sandboxed program's functions from trusted code, one call at a time.
+
+    The program is loaded once in one sandboxed process (harness.py, kind "session"): fresh
+    globals, `__name__ == "__rspo_solution__"`, stdin/stdout/stderr on /dev/null. `call(fn,
+    args)` sends the arguments (plain data, see harness.encode_value) and returns the reply
+    decoded into exact built-in types, or raises CandidateRaised (the function raised an
+    Exception) or SessionError (anything else; the session is then dead and every later call
+    raises SessionError too). Only a well-formed reply carrying the id of the request just
+    sent is accepted; anything else on the pipe (a forged frame, a stray print to fd 4, a
+    second reply) breaks the session. The session's total wall-clock time is
+    `limits.timeout` from the moment the sandbox is ready (RLIMIT_CPU of the solution's
+    process likewise); `call(..., timeout=t)` bounds one call further.
+
+    Nothing but the program and the arguments of each call enters the sandbox: the caller
+    keeps the tests, the expected values and the verdict.
+    """
+
+    def __init__(self, code: str, *, limits: Limits = Limits(), backend: str | None = None,
+                 setup: _Setup | None = None, frame_bytes: int = _FRAME_BYTES):
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        self.code = code
+        self.limits = limits
+        self.frame_bytes = frame_bytes
+        self._setup_obj = setup if setup is not None else _setup(backend)
+        self.backend = self._setup_obj.backend
+        self._proc = None
+        self._lease = None
+        self._workdir = None
+        self._buf = bytearray()
+        self._deadline = None
+        self._next_id = 0
+        self.broken: str | None = None
+        self.calls = 0
+
+    # -- lifecycle
+    def __enter__(self) -> "CallSession":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Launch the sandbox and load the program; SessionError if that fails."""
+        from rspo.rewards.harness import pack_frame  # noqa: F401  (same framing both sides)
+
+        limits = self.limits
+        spec = {
+            "code": self.code,
+            "kind": "session",
+            "fn_name": None,
+            "inputs": [],
+            "timeout": float(limits.timeout),
+            "cpu_s": int(math.ceil(limits.timeout)) + 1,
+            "memory_bytes": limits.memory_mb << 20,
+            "output_bytes": limits.output_bytes,
+            "nofile": limits.nofile,
+            "nproc": limits.nproc,
+            "frame_bytes": self.frame_bytes,
+        }
+        self._lease = _UidLease() if _is_root() else None
+        try:
+            self._err = tempfile.TemporaryFile()
+            self._proc, self._workdir = _launch(self._setup_obj, spec, limits, self._lease, stderr=self._err)
+            payload = json.dumps(spec).encode("ascii")
+            os.set_blocking(self._proc.stdin.fileno(), False)
+            os.set_blocking(self._proc.stdout.fileno(), False)
+            self._deadline = time.monotonic() + limits.startup_s
+            self._write(len(payload).to_bytes(8, "big") + payload)
+            first = self._read_frame()
+            if first.get("t") == "compile_error":
+                self._break(f"syntax error: {first.get('error')}")
+            if first.get("t") != "ready":
+                self._break("sandbox protocol error (no ready record)")
+            self._deadline = time.monotonic() + limits.timeout
+            second = self._read_frame()
+            if second.get("t") == "load_error":
+                self._break(f"error while loading the program: {second.get('error')}")
+            if second.get("t") != "loaded":
+                self._break(self._ended(second) or "sandbox protocol error (program not loaded)")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        lease, self._lease = self._lease, None
+        workdir, self._workdir = self._workdir, None
+        _teardown(proc, lease, workdir)
+        err = getattr(self, "_err", None)
+        if err is not None:
+            err.close()
+            self._err = None
+
+    # -- calls
+    def call(self, fn: str, args: Sequence = (), timeout: float | None = None, kwargs: dict | None = None):
+        """fn(*args, **kwargs) in the sandbox; the decoded return value (exact built-in types)."""
+        from rspo.rewards.harness import CodecError, decode_value, encode_value, pack_frame
+
+        if self.broken is not None:
+            raise SessionError(self.broken)
+        if self._proc is None:
+            raise SessionError("session not started")
+        self._next_id += 1
+        rid = self._next_id
+        self.calls += 1
+        try:
+            tree = encode_value(tuple(args))
+            ktree = encode_value(dict(kwargs)) if kwargs else None
+        except CodecError as exc:  # the caller's own arguments: not the solution's fault
+            raise ValueError(f"arguments of {fn} are not plain data: {exc}") from exc
+        old = self._deadline
+        if timeout is not None:
+            self._deadline = min(old, time.monotonic() + timeout)
+        try:
+            req = {"id": rid, "fn": fn, "args": tree}
+            if ktree is not None:
+                req["kwargs"] = ktree
+            self._write(pack_frame(req))
+            rep = self._read_frame()
+        finally:
+            self._deadline = old
+        if rep.get("id") != rid or type(rep.get("id")) is not int:
+            self._break(self._ended(rep) or "reply to another request on the reply pipe")
+        keys = set(rep)
+        if keys == {"id", "ok"}:
+            try:
+                return decode_value(rep["ok"])
+            except (CodecError, RecursionError) as exc:
+                self._break(f"malformed return value: {exc}")
+        if keys == {"id", "exc", "msg"} and type(rep["exc"]) is str and type(rep["msg"]) is str:
+            raise CandidateRaised(rep["exc"][:100], rep["msg"][:300])
+        if keys == {"id", "bad"} and type(rep["bad"]) is str:
+            self._break(f"return value of {fn} is not plain data ({rep['bad'][:200]})")
+        self._break("malformed reply on the reply pipe")
+
+    # -- plumbing
+    def _break(self, why: str):
+        if self.broken is None:
+            self.broken = why
+        self.close()
+        raise SessionError(self.broken)
+
+    @staticmethod
+    def _ended(rec: dict) -> str | None:
+        if rec.get("t") == "exit":
+            how = str(rec.get("how", "?"))[:200]
+            return "timeout" if how == "timeout" else f"the program's process ended ({how})"
+        return None
+
+    def _left(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            self._break("timeout")
+        return left
+
+    def _write(self, data: bytes) -> None:
+        fd = self._proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(fd, view[:1 << 20])
+                view = view[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._break(self._drain_end() or "the program's process ended (broken pipe)")
+            sel = selectors.DefaultSelector()
+            try:
+                sel.register(fd, selectors.EVENT_WRITE)
+                sel.select(timeout=min(self._left(), 1.0))
+            finally:
+                sel.close()
+
+    def _drain_end(self) -> str | None:
+        try:
+            while True:
+                rec = self._read_frame(quiet=True)
+                why = self._ended(rec) if isinstance(rec, dict) else None
+                if why:
+                    return why
+        except SessionError:
+            return None
+
+    def _read_frame(self, quiet: bool = False) -> dict:
+        fd = self._proc.stdout.fileno()
+        while True:
+            if len(self._buf) >= 4:
+                n = int.from_bytes(self._buf[:4], "big")
+                if n > self.frame_bytes:
+                    self._break("sandbox protocol error (frame too long)")
+                if len(self._buf) >= 4 + n:
+                    body = bytes(self._buf[4 : 4 + n])
+                    del self._buf[: 4 + n]
+                    try:
+                        rec = json.loads(body.decode("utf-8"))
+                    except (ValueError, RecursionError):
+                        self._break("garbage on the reply pipe")
+                    if not isinstance(rec, dict):
+                        self._break("garbage on the reply pipe")
+                    return rec
+            left = 0.2 if quiet else self._left()
+            sel = selectors.DefaultSelector()
+            try:
+                sel.register(fd, selectors.EVENT_READ)
+                ready = sel.select(timeout=min(left, 1.0))
+            finally:
+                sel.close()
+            if not ready:
+                if quiet:
+                    raise SessionError("no more records")
+                continue
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._break("the program's process ended (no reply)")
+            self._buf += chunk
