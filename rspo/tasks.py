@@ -33,7 +33,7 @@ def _countdown(prompt_format: str) -> Task:
 
 def _math() -> Task:
     from rspo.data import math as data
-    from rspo.evaluate import prompts
+    from rspo import prompts
 
     def score_batch(completions, records, workers):
         from rspo.rewards import math as reward
@@ -45,7 +45,7 @@ def _math() -> Task:
 
 def _code() -> Task:
     from rspo.data import code as data
-    from rspo.evaluate import prompts
+    from rspo import prompts
 
     def score_batch(completions, records, workers):
         from rspo.rewards import code as reward

@@ -62,6 +62,12 @@ def default_tracking_uri(preset: str, results_dir: str | Path | None = None) -> 
     return f"sqlite:///{(base / 'mlflow' / 'mlflow.db').resolve()}"
 
 
+def eval_run_name(family: str, model_dir: str) -> str:
+    """The MLflow run name of an evaluation: eval-<family>-<run name, or the model folder's name>."""
+    label = Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
+    return f"eval-{family}-{label}"
+
+
 def _sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 

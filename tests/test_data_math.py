@@ -168,7 +168,7 @@ def test_text_tokenizer_round_trip_and_offline_reload(tmp_path):
     from transformers import AutoTokenizer
 
     from rspo.data.text_tokenizer import train_text_tokenizer
-    from rspo.evaluate.prompts import math_prompt
+    from rspo.prompts import math_prompt
 
     texts = [math_prompt(r["prompt"]) + " The answer is \\boxed{" + r["answer"] + "}." for r in m.load_math_train("fallback", limit=300)]
     hf = train_text_tokenizer(texts, 320, tmp_path / "tok")

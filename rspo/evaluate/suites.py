@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo.evaluate import benchmarks as B
-from rspo.evaluate import prompts as P
+from rspo import prompts as P
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ def _table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
     import json
     from pathlib import Path
 
-    from rspo.evaluate.cli import eval_run_name
+    from rspo.tracking import eval_run_name
 
     out = []
     for task, runs in plan.table_runs(name).items():
