@@ -68,7 +68,7 @@ def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, 
 
 def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 8,
               threads: int = 2, out: str | None = None, data_parallel: int = 0, quiet: bool = False) -> dict[str, Any]:
-    from rspo.config import load_train_config
+    from rspo.plan import load_train_config
     from rspo.models import set_threads
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer

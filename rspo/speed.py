@@ -150,7 +150,7 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
     """One table: every contender on one model, alternating step by step."""
     import torch
 
-    from rspo.config import load_train_config
+    from rspo.plan import load_train_config
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 

@@ -8,13 +8,10 @@ import yaml
 from rspo.config import (
     ConfigError,
     TrainConfig,
-    all_runs,
-    expand_grid,
     load_preset,
-    load_train_config,
-    run_name,
     train_config_from_dict,
 )
+from rspo.plan import all_runs, expand_grid, load_train_config, run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -81,7 +78,7 @@ def test_small_grid_trains_shared_runs_once():
         assert "gmpo-rs0.8-s0" in fams[fam]
     seeds = len(preset["seeds"])
     assert len(runs) == 2 * (6 + 2 + 1 + 3) * seeds  # natural and stress regimes, every seed
-    from rspo.report.plan import Plan
+    from rspo.plan import Plan
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
     assert Plan(preset, seeds=[0]).figure_runs("fig6_mechanism_stress") == ["stress-grpo-s0", "stress-gmpo-rs0.8-s0"]

@@ -14,7 +14,7 @@ import pytest
 from rspo.report import reference as ref
 from rspo.report import tables
 from rspo.report.cli import main as report_main
-from rspo.report.plan import FIGURES, Plan
+from rspo.plan import FIGURES, Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

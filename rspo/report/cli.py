@@ -9,7 +9,7 @@
     python -m rspo report table table_claims --preset configs/small.yaml --eval-dir results/small/eval \
         --runs-dir results/small/runs --bench results/small/bench.json --out results/small/tables/table_claims.md
 
-The runs a figure or table uses come from the preset (rspo.report.plan), exactly as Snakemake plans
+The runs a figure or table uses come from the preset (rspo.plan), exactly as Snakemake plans
 them; `--seeds 0 1 2` replaces the preset's seeds (Snakemake passes it for `--config seeds=[...]`),
 `--runs a b c` draws a figure from an explicit list instead.
 
@@ -25,7 +25,7 @@ import argparse
 import sys
 
 from rspo.config import ConfigError
-from rspo.report.plan import FIGURES, TABLES, Plan
+from rspo.plan import FIGURES, TABLES, Plan
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,7 +41,7 @@ import pandas as pd
 
 from rspo.jsonl import iter_jsonl
 from rspo.report import style
-from rspo.report.plan import FIGURES, Plan, Run, paper_figure
+from rspo.plan import FIGURES, Plan, Run, paper_figure
 
 import matplotlib.pyplot as plt  # noqa: E402  (after style: Agg backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402

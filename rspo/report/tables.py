@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo.report import reference as ref
-from rspo.report.plan import Plan
+from rspo.plan import Plan
 
 
 @dataclass(frozen=True)

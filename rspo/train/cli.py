@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError, load_preset, load_train_config
+    from rspo.config import ConfigError, load_preset
+    from rspo.plan import load_train_config
     from rspo.tracking import Tracker, default_tracking_uri
 
     overrides = list(args.overrides)
