@@ -138,3 +138,27 @@ def test_top_p_below_one_is_refused_for_training():
 
     with pytest.raises(ConfigError, match="rl.rollout.top_p: must be 1.0"):
         train_config_from_dict({"rollout": {"top_p": 0.9}})
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1.5, -1])
+def test_gamma_min_out_of_range_is_one_clear_error(value):
+    from rspo.config import check_gamma_min
+    from rspo.plan import expand_grid
+
+    with pytest.raises(ConfigError, match=r"^rl\.algorithm\.gamma_min: must lie in \(0, 1\], got "):
+        train_config_from_dict({"algorithm": {"gamma_min": value}})
+    with pytest.raises(ConfigError, match=r"^gamma_min: must lie in \(0, 1\]"):
+        check_gamma_min(value)
+    preset = {"rl": {}, "grid": {"gamma_min": {"values": [0.5, value]}}}
+    with pytest.raises(ConfigError, match=r"^grid\.gamma_min\.values: must lie in \(0, 1\]"):
+        expand_grid(preset)
+    assert check_gamma_min(1) == 1.0 and check_gamma_min(0.8) == 0.8
+
+
+def test_the_loss_refuses_gamma_min_with_the_same_check():
+    torch = pytest.importorskip("torch")
+    from rspo.losses import compute_policy_loss
+
+    lp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match=r"^gamma_min: must lie in \(0, 1\], got 1.5"):
+        compute_policy_loss("gmpo", lp, lp, torch.zeros(2), torch.ones(2, 3), gamma=torch.ones(2, 3), gamma_min=1.5)
