@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from rspo.data import code as c
-from rspo.data.cli import main as prepare_main
+from rspo.data.cli import prepare_main
 
 FX = "tests/fixtures/code"
 

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rspo.data import math as m
-from rspo.data.cli import main as prepare_main
+from rspo.data.cli import prepare_main
 
 FIXTURE = "tests/fixtures/math/deepscaler_sample.json"
 

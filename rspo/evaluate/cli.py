@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.close()
         result["model"] = str(args.model)
     result["wall_time_s"] = time.time() - t0
-    from rspo.evaluate.suites import write_json_atomic
+    from rspo.jsonl import write_json_atomic
 
     write_json_atomic(result, args.out)
     if not args.no_mlflow:
