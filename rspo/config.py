@@ -161,7 +161,8 @@ class AlgorithmConfig:
             raise _err(f"{prefix}.algo", f"unknown algorithm {self.algo!r}; choose one of {list(ALGOS)}")
         check_gamma_min(self.gamma_min, f"{prefix}.gamma_min")
         if self.routing not in ROUTING_MODES:
-            raise _err(f"{prefix}.routing", f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}")
+            raise _err(f"{prefix}.routing",
+                       f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}")
         for name in ("clip_low", "clip_high"):
             v = getattr(self, name)
             if v is not None and v < 0:

@@ -49,7 +49,7 @@ Deviations from the paper (each is an implementation detail the paper leaves ope
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

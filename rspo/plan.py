@@ -139,7 +139,9 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
     if "gamma_min" in grid:
         g = grid["gamma_min"] or {}
         families["gamma_min"] = dict(
-            spec(g.get("algo", "gmpo"), seed, rs=True, gmin=float(v)) for seed in seeds for v in g.get("values", [0.2, 0.5, 0.8])
+            spec(g.get("algo", "gmpo"), seed, rs=True, gmin=float(v))
+            for seed in seeds
+            for v in g.get("values", [0.2, 0.5, 0.8])
         )
     if "stop_gradient" in grid:
         g = grid["stop_gradient"] or {}
@@ -400,7 +402,7 @@ class Plan:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def from_file(cls, path: str | Path, seeds: list[int] | None = None, full: bool = False) -> "Plan":
+    def from_file(cls, path: str | Path, seeds: list[int] | None = None, full: bool = False) -> Plan:
         return cls(rcfg.load_preset(path), seeds, full)
 
     # ------------------------------------------------------------------ runs

@@ -58,7 +58,7 @@ def test_int_accepted_for_float_and_not_bool_for_int():
 
 def test_configs_are_frozen():
     cfg = TrainConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (dataclasses.FrozenInstanceError)
         cfg.algorithm.gamma_min = 0.5  # type: ignore[misc]
 
 
@@ -87,7 +87,8 @@ def test_small_grid_trains_shared_runs_once():
 
 
 def test_load_train_config_applies_grid_and_overrides(tmp_path):
-    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.5-s0", ["optim.lr=0.001", "schedule.total_steps=3"])
+    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.5-s0",
+                            ["optim.lr=0.001", "schedule.total_steps=3"])
     assert cfg.algorithm.algo == "gmpo" and cfg.algorithm.router_shift and cfg.algorithm.gamma_min == 0.5
     assert cfg.optim.lr == 0.001 and cfg.schedule.total_steps == 3
     assert cfg.run_name == "gmpo-rs0.5-s0" and cfg.preset == "small"

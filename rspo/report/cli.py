@@ -3,7 +3,8 @@
     python -m rspo report figure fig4_plugin --preset configs/small.yaml \
         --runs-dir results/small/runs --out results/small/figures/fig4_plugin.pdf   # + .png
     python -m rspo report table table_countdown --preset configs/small.yaml \
-        --eval-dir results/small/eval --runs-dir results/small/runs --out results/small/tables/table_countdown.md  # + .tex
+        --eval-dir results/small/eval --runs-dir results/small/runs \
+        --out results/small/tables/table_countdown.md  # + .tex
     python -m rspo report table table_main --preset configs/paper_large_math.yaml --eval-dir ... --out ...
     python -m rspo report table table_efficiency --preset configs/small.yaml --bench results/small/bench.json --out ...
     python -m rspo report table table_claims --preset configs/small.yaml --eval-dir results/small/eval \
