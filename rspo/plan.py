@@ -253,8 +253,8 @@ def load_train_config(preset_path: str | Path, run: str | None = None, overrides
             run_seed = int(value)
             continue
         rcfg.set_by_path(rl, key.removeprefix("rl."), value)
-    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=str(preset.get("preset", Path(preset_path).stem)),
-                                 run_name=name)
+    preset_name = str(preset.get("preset", Path(preset_path).stem))
+    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=preset_name, run_name=name)
     if not name:
         a = cfg.algorithm
         cfg = dataclasses.replace(cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient,
