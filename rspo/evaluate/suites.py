@@ -58,8 +58,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rspo.evaluate import benchmarks as B
 from rspo import prompts as P
+from rspo.evaluate import benchmarks as B
 
 log = logging.getLogger(__name__)
 
