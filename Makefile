@@ -29,7 +29,7 @@ sandbox:
 test: venv sandbox
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
 
-# everything but the end-to-end (`slow`) and SLURM (`slurm`) tests: a few minutes on 2 cores
+# everything but the end-to-end (`slow`) and SLURM (`slurm`) tests; meant to stay under 5 minutes
 test-fast: venv sandbox
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow and not slurm" tests
 
