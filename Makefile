@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make main   -> installs .venv, runs the small Countdown preset end to end (tables + figures)
-#   make test   -> installs .venv, runs the test suite
+#   make test   -> installs .venv, runs the test suite (what CI runs: .ci/run)
+# and while working: make test-fast (the suite without the slow and slurm tests), make lint.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.installed
 PRESET ?= small
 CORES ?= all
 
-.PHONY: venv sandbox test main main-full smoke bench lint mlflow-ui clean-venv
+.PHONY: venv sandbox test test-fast main main-full smoke bench lint mlflow-ui clean-venv
 
 venv: $(STAMP)
 
@@ -28,6 +29,10 @@ sandbox:
 test: venv sandbox
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
 
+# everything but the end-to-end (`slow`) and SLURM (`slurm`) tests; meant to stay under 5 minutes
+test-fast: venv sandbox
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow and not slurm" tests
+
 main: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET)
 
@@ -45,7 +50,12 @@ bench: venv
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) --forcerun bench bench_speed -- \
 		results/$(PRESET)/bench.json results/$(PRESET)/speed.json
 
+# ruff (lint + format check) on the Python code, snakefmt on the workflow, Snakemake's own linter;
+# settings in pyproject.toml ([tool.ruff], [tool.snakefmt])
 lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check .
 	$(BIN)/snakemake --lint
 
 # mlflow ui on results/$(PRESET)/mlflow/mlflow.db; prints the address of the runs table

@@ -24,7 +24,6 @@ training rewards and losses (they should agree: rollouts are seeded per row).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import tempfile
@@ -68,8 +67,8 @@ def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, 
 
 def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 8,
               threads: int = 2, out: str | None = None, data_parallel: int = 0, quiet: bool = False) -> dict[str, Any]:
-    from rspo.config import load_train_config
     from rspo.models import set_threads
+    from rspo.plan import load_train_config
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 
@@ -89,7 +88,7 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
             trainers[label] = Trainer(cfg, work / label)
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in CONFIGS}
         progress = Progress("bench", total=steps + 1, unit="round", quiet=quiet, every=1)
-        for label, tr in trainers.items():  # warm-up step each (allocations, first-call overheads)
+        for tr in trainers.values():  # warm-up step each (allocations, first-call overheads)
             tr.train_step()
             tr.step += 1
         progress.update(1)

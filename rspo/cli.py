@@ -12,12 +12,12 @@ import sys
 
 # command -> "module:function"; `evaluate` takes a second word (the benchmark family).
 COMMANDS: dict[str, str] = {
-    "generate": "rspo.data.countdown:main",
+    "generate": "rspo.data.cli:generate_main",
     "tokenizer": "rspo.tokenizer:main",
     "pretrain": "rspo.pretrain:main",
     "train": "rspo.train.cli:main",
     "evaluate": "rspo.evaluate.cli:main",
-    "prepare": "rspo.data.cli:main",
+    "prepare": "rspo.data.cli:prepare_main",
     "report": "rspo.report.cli:main",
     "bench": "rspo.bench:main",
     "speed": "rspo.speed:main",

@@ -2,10 +2,9 @@
 
 A preset (``configs/<name>.yaml``) is the single source of truth for a study. Its ``rl:``
 mapping holds the sections of one RL run (model, data, rollout, algorithm, optim, schedule,
-tracking); its ``grid:`` mapping says which runs the paper's figures need. ``expand_grid``
-turns the grid into named runs; ``load_train_config`` resolves one of them into a validated
-``TrainConfig``. Snakemake imports this module to plan the DAG, so a run that several figures
-need is planned (and trained) once.
+tracking); ``train_config_from_dict`` turns it into a validated ``TrainConfig``. Which runs a
+study needs (the ``grid:`` mapping, named runs, ``load_train_config`` for one of them) is the
+planner's question: rspo/plan.py.
 
 Errors name the key: ``ConfigError: rl.algorithm.gamma_min: must lie in (0, 1], got 1.5``.
 """
@@ -35,6 +34,16 @@ class ConfigError(ValueError):
 
 def _err(key: str, msg: str) -> ConfigError:
     return ConfigError(f"{key}: {msg}")
+
+
+def check_gamma_min(value: float, key: str = "gamma_min") -> float:
+    """The one check of gamma_min, the floor on the router-shift ratio: it must lie in (0, 1].
+
+    Used by ``AlgorithmConfig``, the grid's gamma_min sweep (rspo.plan) and the loss
+    (rspo.losses); raises ConfigError (a ValueError) naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise _err(key, f"must lie in (0, 1], got {value}")
+    return float(value)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -150,10 +159,10 @@ class AlgorithmConfig:
     def validate(self, prefix: str) -> None:
         if self.algo not in ALGOS:
             raise _err(f"{prefix}.algo", f"unknown algorithm {self.algo!r}; choose one of {list(ALGOS)}")
-        if not 0.0 < self.gamma_min <= 1.0:
-            raise _err(f"{prefix}.gamma_min", f"must lie in (0, 1], got {self.gamma_min}")
+        check_gamma_min(self.gamma_min, f"{prefix}.gamma_min")
         if self.routing not in ROUTING_MODES:
-            raise _err(f"{prefix}.routing", f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}")
+            raise _err(f"{prefix}.routing",
+                       f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}")
         for name in ("clip_low", "clip_high"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -407,7 +416,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-# ----------------------------------------------------------------------------- presets and grid
+# ----------------------------------------------------------------------------- presets
 
 
 def load_preset(path: str | Path) -> dict[str, Any]:
@@ -421,214 +430,6 @@ def load_preset(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a preset must be a mapping, got {type(data).__name__}")
     return data
-
-
-def run_name(algo: str, router_shift: bool = False, gamma_min: float = 0.8, stop_gradient: bool = True,
-             routing: str = "none", seed: int = 0) -> str:
-    """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`."""
-    parts = [algo]
-    if router_shift:
-        parts.append(f"rs{gamma_min:g}")
-        if not stop_gradient:
-            parts.append("nosg")
-    if routing != "none":
-        parts.append(routing.replace("_", ""))
-    parts.append(f"s{seed}")
-    return "-".join(parts)
-
-
-# Which figure needs which grid family (paper index: docs/design.md).
-FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
-    "fig1_reward": ("plugin",),
-    "fig3_gamma_min": ("gamma_min",),
-    "fig4_plugin": ("plugin",),
-    "fig5_stopgrad": ("stop_gradient",),
-    "fig6_mechanism": ("mechanism",),
-    "fig7_entropy": ("plugin",),
-    "fig8_routing": ("routing",),
-    "fig2_reward_large": ("main",),
-    "table_main": ("main",),
-    "table_countdown": ("plugin",),
-}
-FIGURE_FAMILIES.update({f"{fig}_stress": tuple(f"stress_{f}" for f in fams) for fig, fams in FIGURE_FAMILIES.items()
-                        if not fig.startswith("table") and "main" not in fams})
-
-GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
-
-
-def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Grid families -> {run name: algorithm overrides (+ seed)}.
-
-    Returns {family: {name: {"algorithm": {...}, "seed": s}}}; the same name in several
-    families is the same run (trained once). Families: plugin (algos x router_shift: Figs. 1,
-    4, 6, 7), gamma_min (Fig. 3), stop_gradient (Fig. 5), routing (Fig. 8), and mechanism (the
-    GRPO and RSPO runs of the plugin family, Fig. 6), and main (Table 1 / Fig. 2: for each task
-    in `grid.main.tasks`, the methods in `grid.main.methods` such as "gmpo+rs"; the run config is
-    `rl` overlaid with the preset's `tasks.<task>` mapping, and the run name starts with the task).
-    """
-    grid = preset.get("grid") or {}
-    if not isinstance(grid, dict):
-        raise _err("grid", "expected a mapping")
-    unknown = sorted(set(grid) - GRID_KEYS)
-    if unknown:
-        raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_KEYS)}")
-    seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", 0.8))
-
-    def spec(algo: str, seed: int, rs: bool = False, gmin: float = default_gamma, sg: bool = True,
-             routing: str = "none", task: str = "") -> tuple[str, dict[str, Any]]:
-        if algo not in ALGOS:
-            raise _err("grid", f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
-        if not 0.0 < gmin <= 1.0:
-            raise _err("grid.gamma_min.values", f"must lie in (0, 1], got {gmin}")
-        if routing not in ROUTING_MODES:
-            raise _err("grid.routing.modes", f"unknown routing mode {routing!r}")
-        algo_over = {"algo": algo, "router_shift": rs, "gamma_min": gmin, "stop_gradient": sg, "routing": routing}
-        name = run_name(algo, rs, gmin, sg, routing, seed)
-        if task:
-            return f"{task}-{name}", {"algorithm": algo_over, "seed": seed, "task": task}
-        return name, {"algorithm": algo_over, "seed": seed}
-
-    families: dict[str, dict[str, dict[str, Any]]] = {}
-    if "plugin" in grid:
-        g = grid["plugin"] or {}
-        fam = {}
-        for seed in seeds:
-            for algo in g.get("algos", list(ALGOS)):
-                for rs in g.get("router_shift", [False, True]):
-                    name, ov = spec(algo, seed, rs=bool(rs))
-                    fam[name] = ov
-        families["plugin"] = fam
-        mech = {}
-        for seed in seeds:
-            for algo, rs in (("grpo", False), ("gmpo", True)):
-                name, ov = spec(algo, seed, rs=rs)
-                mech[name] = ov
-        families["mechanism"] = mech
-    if "gamma_min" in grid:
-        g = grid["gamma_min"] or {}
-        families["gamma_min"] = dict(
-            spec(g.get("algo", "gmpo"), seed, rs=True, gmin=float(v)) for seed in seeds for v in g.get("values", [0.2, 0.5, 0.8])
-        )
-    if "stop_gradient" in grid:
-        g = grid["stop_gradient"] or {}
-        fam = {}
-        for seed in seeds:
-            for sg in (True, False):
-                name, ov = spec(g.get("algo", "gmpo"), seed, rs=True, sg=sg)
-                fam[name] = ov
-        families["stop_gradient"] = fam
-    if "routing" in grid:
-        g = grid["routing"] or {}
-        fam = {}
-        for seed in seeds:
-            name, ov = spec(g.get("algo", "gmpo"), seed, rs=True)  # RSPO, the reference
-            fam[name] = ov
-            for mode in g.get("modes", ["freeze", "logit_replay", "index_replay"]):
-                name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
-                fam[name] = ov
-        families["routing"] = fam
-    if "stress" in preset:
-        families.update(stress_families(preset, families))
-    if "main" in grid:
-        g = grid["main"] or {}
-        tasks = preset.get("tasks") or {}
-        fam = {}
-        for task in g.get("tasks", []):
-            if task not in TASKS or task not in tasks:
-                raise _err("grid.main.tasks", f"task {task!r} needs a `tasks.{task}` mapping in the preset")
-            for seed in seeds:
-                for method in g.get("methods", ["grpo", "gspo", "gmpo", "gmpo+rs"]):
-                    algo, _, plus = str(method).partition("+")
-                    if plus not in ("", "rs"):
-                        raise _err("grid.main.methods", f"unknown method {method!r}; use <algo> or <algo>+rs")
-                    name, ov = spec(algo, seed, rs=plus == "rs", task=task)
-                    fam[name] = ov
-        families["main"] = fam
-    return families
-
-
-STRESS_PREFIX = "stress-"
-
-
-def stress_families(preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]]
-                    ) -> dict[str, dict[str, dict[str, Any]]]:
-    """The stress regime: the Countdown families named in ``stress.families``, again, with the
-    ``stress.rl`` overlay (e.g. a router learning-rate multiplier) and run names prefixed
-    ``stress-``. Family ``stress_<name>``; the mechanism pair follows the plugin family."""
-    st = preset.get("stress")
-    if not isinstance(st, dict):
-        raise _err("stress", "expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    unknown = sorted(set(st) - {"rl", "families", "note"})
-    if unknown:
-        raise _err(f"stress.{unknown[0]}", "unknown key; valid keys are ['families', 'note', 'rl']")
-    if not isinstance(st.get("rl"), dict) or not st["rl"]:
-        raise _err("stress.rl", "expected a non-empty overlay of the rl section")
-    wanted = list(st.get("families") or [])
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for fam in wanted:
-        if fam not in families or fam == "main":
-            raise _err("stress.families", f"{fam!r} is not a Countdown grid family of this preset "
-                       f"(have: {sorted(f for f in families if f != 'main')})")
-        out[f"stress_{fam}"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families[fam].items()}
-        if fam == "plugin":
-            out["stress_mechanism"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"}
-                                       for name, ov in families["mechanism"].items()}
-    return out
-
-
-def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
-    """Every distinct run of the grid, name -> overrides."""
-    runs: dict[str, dict[str, Any]] = {}
-    for fam in expand_grid(preset, seeds).values():
-        runs.update(fam)
-    return runs
-
-
-def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _deep_update(base[k], v)
-        else:
-            base[k] = v
-
-
-def load_train_config(preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None,
-                      seed: int | None = None) -> TrainConfig:
-    """Resolve one RL run: preset `rl:` + the named grid run's overrides + `key=value` overrides."""
-    preset = load_preset(preset_path)
-    rl = json.loads(json.dumps(preset.get("rl") or {}))  # deep copy
-    run_seed = int(preset.get("seeds", [0])[0]) if seed is None else seed
-    name = run or ""
-    if run:
-        runs = all_runs(preset)
-        seed_suffix = run.rsplit("-s", 1)[-1]
-        if run not in runs and seed_suffix.isdigit():  # a seed given with --config seeds=[...]
-            runs = all_runs(preset, seeds=[int(seed_suffix)])
-        if run not in runs:
-            raise _err("run", f"{run!r} is not in the preset's grid; known runs: {sorted(runs)}")
-        ov = runs[run]
-        if "task" in ov:
-            _deep_update(rl, json.loads(json.dumps((preset.get("tasks") or {})[ov["task"]])))
-        if ov.get("regime") == "stress":
-            _deep_update(rl, json.loads(json.dumps(preset["stress"]["rl"])))
-        rl.setdefault("algorithm", {}).update(ov["algorithm"])
-        run_seed = ov["seed"]
-    for text in overrides or []:
-        key, value = parse_override(text)
-        if key == "seed":
-            run_seed = int(value)
-            continue
-        set_by_path(rl, key.removeprefix("rl."), value)
-    cfg = train_config_from_dict(rl, seed=run_seed, preset=str(preset.get("preset", Path(preset_path).stem)),
-                                 run_name=name)
-    if not name:
-        a = cfg.algorithm
-        cfg = dataclasses.replace(cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient,
-                                                         a.routing, cfg.seed))
-    return cfg
 
 
 def check_world_size(cfg: TrainConfig, world_size: int) -> None:

@@ -37,7 +37,7 @@ class Dist:
     local_rank: int = 0
 
     @classmethod
-    def from_env(cls) -> "Dist":
+    def from_env(cls) -> Dist:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world < 1:
             raise ValueError(f"WORLD_SIZE must be >= 1, got {world}")

@@ -1,12 +1,16 @@
-"""The one JSONL reader: ``(line number, object)`` pairs with errors that name ``file:line``."""
+"""The one JSONL reader (``(line number, object)`` pairs with errors that name ``file:line``) and
+the one atomic writer (``write_atomic``, with its JSONL and JSON wrappers): a file is either
+complete or absent, never half-written, whatever kills the process."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -30,3 +34,54 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(obj, dict):
                 raise ValueError(f"{p}:{lineno}: not a JSON object (got {type(obj).__name__})")
             yield lineno, obj
+
+
+def write_atomic(path: str | os.PathLike, content: str | bytes | Iterable[str]) -> Path:
+    """Write ``content`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
+
+    ``content`` is text, bytes, or an iterable of text chunks written as they come (a stream of
+    lines is never held in memory). If anything fails, the temporary file is removed and an existing
+    ``path`` is left untouched. The file gets the usual mode (0666 minus the umask), parent folders
+    are created. Returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        if isinstance(content, bytes):
+            with os.fdopen(fd, "wb") as fb:
+                fb.write(content)
+                fb.flush()
+                os.fsync(fb.fileno())
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for chunk in [content] if isinstance(content, str) else content:
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
+    """Write records as JSON lines (UTF-8, not ASCII-escaped) atomically; return how many."""
+    n = 0
+
+    def lines() -> Iterator[str]:
+        nonlocal n
+        for r in records:
+            yield json.dumps(r, ensure_ascii=False) + "\n"
+            n += 1
+
+    write_atomic(path, lines())
+    return n
+
+
+def write_json_atomic(obj: Any, path: str | os.PathLike) -> Path:
+    """Write ``obj`` as indented JSON (no NaN/inf) plus a newline to ``path`` atomically."""
+    return write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n")

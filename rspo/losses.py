@@ -49,9 +49,11 @@ Deviations from the paper (each is an implementation detail the paper leaves ope
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
+
+from rspo.config import check_gamma_min
 
 Tensor = torch.Tensor
 
@@ -213,8 +215,7 @@ def compute_policy_loss(
         adv_tok = advantages
     else:
         raise ValueError(f"advantages: expected shape ({shape[0]},) or {tuple(shape)}, got {tuple(advantages.shape)}")
-    if not 0.0 < float(gamma_min) <= 1.0:
-        raise ValueError(f"gamma_min: must lie in (0, 1], got {gamma_min}")
+    gamma_min = check_gamma_min(float(gamma_min))  # ConfigError is a ValueError
     default_low, default_high = DEFAULT_CLIP[algo]
     clip_low = default_low if clip_low is None else float(clip_low)
     clip_high = default_high if clip_high is None else float(clip_high)

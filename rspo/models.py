@@ -219,7 +219,8 @@ def response_logprobs(
     return logp, entropy
 
 
-def load_balancing_loss(router_logits: list[torch.Tensor], top_k: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+def load_balancing_loss(router_logits: list[torch.Tensor], top_k: int,
+                        mask: torch.Tensor | None = None) -> torch.Tensor:
     """Switch-Transformer load-balancing loss over all MoE layers, pad tokens excluded.
 
     Same formula as transformers' ``load_balancing_loss_func`` (E * sum_e f_e * P_e with f_e the

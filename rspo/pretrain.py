@@ -296,7 +296,8 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
 
     spec = router_spec(model)
     model.train()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                else torch.autocast("cpu", enabled=False))
     epoch_perm: dict[int, list[int]] = {}
     t_loop = time.time()
     last_logged = step

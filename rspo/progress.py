@@ -36,7 +36,8 @@ import math
 import re
 import sys
 import time
-from typing import Any, Mapping, TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 _now = time.monotonic  # the clock (a test replaces it)
 
@@ -227,7 +228,7 @@ class Progress:
             self._write(self.n, _now())
         self.active = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:

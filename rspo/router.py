@@ -87,9 +87,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -440,7 +441,7 @@ class OldRouterCache:
         indices_list: Sequence[Tensor] | None = None,
         logp_dtype: torch.dtype = torch.float16,
         keep_logits: bool = False,
-    ) -> "OldRouterCache":
+    ) -> OldRouterCache:
         """Build the cache from the old forward's router logits.
 
         logits_list: one (N = B*T, E) tensor per MoE layer (as captured), rows in (batch, time)
@@ -486,7 +487,7 @@ class OldRouterCache:
         )
 
     @classmethod
-    def cat(cls, caches: Sequence["OldRouterCache"]) -> "OldRouterCache":
+    def cat(cls, caches: Sequence[OldRouterCache]) -> OldRouterCache:
         """Concatenate caches of consecutive micro-batches along B (same L, T, K, E, dtypes)."""
         if not caches:
             raise ValueError("no caches to concatenate")
@@ -538,7 +539,7 @@ class OldRouterCache:
 
     # ---- selection and movement -------------------------------------------------------------
 
-    def __getitem__(self, key: Any) -> "OldRouterCache":
+    def __getitem__(self, key: Any) -> OldRouterCache:
         if isinstance(key, tuple) and len(key) != 2:
             raise ValueError(f"cache[rows] or cache[rows, cols] expected, got {len(key)} indices")
         rows, cols = key if isinstance(key, tuple) else (key, slice(None))
@@ -564,7 +565,7 @@ class OldRouterCache:
     @classmethod
     def zeros(cls, num_layers: int, batch_shape: tuple[int, int], top_k: int, num_experts: int, *,
               logp_dtype: torch.dtype = torch.float16, keep_logits: bool = False,
-              device: torch.device | str = "cpu") -> "OldRouterCache":
+              device: torch.device | str = "cpu") -> OldRouterCache:
         """An all-zero cache of the given shape, filled row by row with ``assign``."""
         B, T = batch_shape
         shape = (num_layers, B, T, top_k)
@@ -572,7 +573,7 @@ class OldRouterCache:
                    logp=torch.zeros(shape, dtype=logp_dtype, device=device), num_experts=num_experts,
                    logits=torch.zeros((num_layers, B, T, num_experts), device=device) if keep_logits else None)
 
-    def assign(self, rows: Tensor, part: "OldRouterCache") -> None:
+    def assign(self, rows: Tensor, part: OldRouterCache) -> None:
         """Write ``part`` (the cache of ``rows``, same T) into these rows, in place."""
         if part.batch_shape != (len(rows), self.batch_shape[1]) or (part.logits is None) != (self.logits is None):
             raise ValueError(f"cannot assign a cache of shape {part.batch_shape} to {len(rows)} rows of width "
@@ -583,7 +584,7 @@ class OldRouterCache:
         if self.logits is not None:
             self.logits[:, rows] = part.logits.to(self.device)
 
-    def pad_columns(self, start: int, width: int) -> "OldRouterCache":
+    def pad_columns(self, start: int, width: int) -> OldRouterCache:
         """The cache placed at columns [start, start + T) of a zero cache T' = ``width`` wide, for
         micro-batches forwarded on a trimmed column window of the batch layout."""
         L, (B, T) = self.num_layers, self.batch_shape
@@ -600,7 +601,7 @@ class OldRouterCache:
         return OldRouterCache(indices=pad(self.indices), logp=pad(self.logp), num_experts=self.num_experts,
                               logits=pad(self.logits))
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "OldRouterCache":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> OldRouterCache:
         """The cache on ``device`` (dtypes unchanged)."""
         return OldRouterCache(
             indices=self.indices.to(device, non_blocking=non_blocking),
@@ -706,7 +707,7 @@ def shift_ratio(old_logits: Sequence[Tensor], new_logits: Sequence[Tensor], top_
 # --------------------------------------------------------------------------------------------
 
 
-class RoutingMode(str, Enum):
+class RoutingMode(str, Enum):  # noqa: UP042 (a StrEnum would change str() and format() of the members)
     """How routing is constrained in the update forward (paper appendix, alternatives to RS)."""
 
     NONE = "none"

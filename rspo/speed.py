@@ -150,7 +150,7 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
     """One table: every contender on one model, alternating step by step."""
     import torch
 
-    from rspo.config import load_train_config
+    from rspo.plan import load_train_config
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 
@@ -327,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
     run_speed(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads,
-              deep_layers=args.deep_layers, out=args.out, contenders=tuple(c.strip() for c in args.contenders.split(",")),
+              deep_layers=args.deep_layers, out=args.out,
+              contenders=tuple(c.strip() for c in args.contenders.split(",")),
               quiet=args.quiet)
     return 0

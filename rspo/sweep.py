@@ -14,8 +14,8 @@ mean +- std over seeds, n), the best GMPO gain over validation steps, the smalle
 gamma and the largest per-step share of tokens under gamma_min = 0.8 in GRPO runs, the largest
 pg_clipfrac, collapses, and the trial's wall time. It appends one JSON line per trial to
 ``<work>/trials.jsonl`` (a trial already there with the same setting is not rerun: reruns
-resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose folder holds a finished run are
-read, not retrained.
+resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose
+folder holds a finished run are read, not retrained.
 
 The selection criteria are not computed here: they are written in the preset's comments and
 the README, and applied by reading the table.
@@ -158,7 +158,8 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
         gains = [r["final_acc"] - r["base_acc"] for r in rs]
         best = [r["best_acc"] - r["base_acc"] for r in rs]
         out[algo] = {"gain": _mean_sd(gains), "best_gain": _mean_sd(best),
-                     "min_gamma": min(r["min_gamma"] for r in rs), "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
+                     "min_gamma": min(r["min_gamma"] for r in rs),
+                     "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
                      "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
                      "collapsed": sum(r["collapsed"] for r in rs), "n": len(rs)}
     return out
@@ -204,8 +205,8 @@ def bases_table(spec: dict[str, Any], work: Path) -> str:
 def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], table_path: str) -> None:
     path = Path(table_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("Pretrained bases\n\n" + bases_table(spec, work) + "\nTrials (one line per trial, in the order run)\n\n"
-                    + table(rows))
+    path.write_text("Pretrained bases\n\n" + bases_table(spec, work)
+                    + "\nTrials (one line per trial, in the order run)\n\n" + table(rows))
 
 
 def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | None = None,
@@ -227,7 +228,8 @@ def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | N
         t0 = time.perf_counter()
         todo = [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            runs = list(pool.map(lambda a: run_one(spec, trial, a[0], a[1], base, data, work, threads), todo))
+            # the pool is joined within this iteration, so the lambda sees this iteration's trial and base
+            runs = list(pool.map(lambda a: run_one(spec, trial, a[0], a[1], base, data, work, threads), todo))  # noqa: B023
         row = summarise(trial, runs, base_wall, time.perf_counter() - t0)
         row["runs_spec"] = trial["runs"]
         row["jobs"], row["threads"] = jobs, threads

@@ -7,10 +7,11 @@ processes), code -> rspo.rewards.code (sandboxed execution).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections import Counter
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,8 @@ def _countdown(prompt_format: str) -> Task:
 
 
 def _math() -> Task:
+    from rspo import prompts
     from rspo.data import math as data
-    from rspo.evaluate import prompts
 
     def score_batch(completions, records, workers):
         from rspo.rewards import math as reward
@@ -44,8 +45,8 @@ def _math() -> Task:
 
 
 def _code() -> Task:
+    from rspo import prompts
     from rspo.data import code as data
-    from rspo.evaluate import prompts
 
     def score_batch(completions, records, workers):
         from rspo.rewards import code as reward

@@ -44,9 +44,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +61,12 @@ def default_tracking_uri(preset: str, results_dir: str | Path | None = None) -> 
         return os.environ["MLFLOW_TRACKING_URI"]
     base = Path(results_dir) if results_dir else REPO_ROOT / "results" / preset
     return f"sqlite:///{(base / 'mlflow' / 'mlflow.db').resolve()}"
+
+
+def eval_run_name(family: str, model_dir: str) -> str:
+    """The MLflow run name of an evaluation: eval-<family>-<run name, or the model folder's name>."""
+    label = Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
+    return f"eval-{family}-{label}"
 
 
 def _sqlite_path(uri: str) -> Path | None:

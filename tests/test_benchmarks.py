@@ -5,8 +5,8 @@ import os
 
 import pytest
 
+from rspo import prompts as P
 from rspo.evaluate import benchmarks as B
-from rspo.evaluate import prompts as P
 from rspo.evaluate import suites as S
 
 FX = "tests/fixtures/code"

@@ -51,7 +51,8 @@ def test_effects_are_paired_by_seed_on_synthetic_measures():
     one = {"grpo-rs0.8": {0: 60.0}, "grpo": {0: 50.0}}
     assert effect_row(c, "natural", one).verdict == INCONCLUSIVE
     drop = Claim("grpo-collapses", "GRPO collapses", "Fig. 1", "drop", "grpo", "gmpo", margin=2.0)
-    assert effect_row(drop, "stress", {"grpo": {0: 20.0, 1: 25.0, 2: 24.0}, "gmpo": {0: 1.0, 1: 2.0, 2: 3.0}}).verdict == SUPPORTED
+    drops = {"grpo": {0: 20.0, 1: 25.0, 2: 24.0}, "gmpo": {0: 1.0, 1: 2.0, 2: 3.0}}
+    assert effect_row(drop, "stress", drops).verdict == SUPPORTED
     # two seeds: t(0.975, 1) = 12.7 makes the same effect inconclusive
     assert effect_row(drop, "stress", {"grpo": {0: 20.0, 1: 25.0}, "gmpo": {0: 1.0, 1: 2.0}}).verdict == INCONCLUSIVE
     tp = Claim("cost", "RS costs little throughput", "Sec. 5.5", "throughput", "", "", margin=0.0, threshold=0.75)

@@ -8,13 +8,10 @@ import yaml
 from rspo.config import (
     ConfigError,
     TrainConfig,
-    all_runs,
-    expand_grid,
     load_preset,
-    load_train_config,
-    run_name,
     train_config_from_dict,
 )
+from rspo.plan import all_runs, expand_grid, load_train_config, run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -61,7 +58,7 @@ def test_int_accepted_for_float_and_not_bool_for_int():
 
 def test_configs_are_frozen():
     cfg = TrainConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (dataclasses.FrozenInstanceError)
         cfg.algorithm.gamma_min = 0.5  # type: ignore[misc]
 
 
@@ -81,7 +78,7 @@ def test_small_grid_trains_shared_runs_once():
         assert "gmpo-rs0.8-s0" in fams[fam]
     seeds = len(preset["seeds"])
     assert len(runs) == 2 * (6 + 2 + 1 + 3) * seeds  # natural and stress regimes, every seed
-    from rspo.report.plan import Plan
+    from rspo.plan import Plan
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
     assert Plan(preset, seeds=[0]).figure_runs("fig6_mechanism_stress") == ["stress-grpo-s0", "stress-gmpo-rs0.8-s0"]
@@ -90,7 +87,8 @@ def test_small_grid_trains_shared_runs_once():
 
 
 def test_load_train_config_applies_grid_and_overrides(tmp_path):
-    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.5-s0", ["optim.lr=0.001", "schedule.total_steps=3"])
+    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.5-s0",
+                            ["optim.lr=0.001", "schedule.total_steps=3"])
     assert cfg.algorithm.algo == "gmpo" and cfg.algorithm.router_shift and cfg.algorithm.gamma_min == 0.5
     assert cfg.optim.lr == 0.001 and cfg.schedule.total_steps == 3
     assert cfg.run_name == "gmpo-rs0.5-s0" and cfg.preset == "small"
@@ -141,3 +139,27 @@ def test_top_p_below_one_is_refused_for_training():
 
     with pytest.raises(ConfigError, match="rl.rollout.top_p: must be 1.0"):
         train_config_from_dict({"rollout": {"top_p": 0.9}})
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1.5, -1])
+def test_gamma_min_out_of_range_is_one_clear_error(value):
+    from rspo.config import check_gamma_min
+    from rspo.plan import expand_grid
+
+    with pytest.raises(ConfigError, match=r"^rl\.algorithm\.gamma_min: must lie in \(0, 1\], got "):
+        train_config_from_dict({"algorithm": {"gamma_min": value}})
+    with pytest.raises(ConfigError, match=r"^gamma_min: must lie in \(0, 1\]"):
+        check_gamma_min(value)
+    preset = {"rl": {}, "grid": {"gamma_min": {"values": [0.5, value]}}}
+    with pytest.raises(ConfigError, match=r"^grid\.gamma_min\.values: must lie in \(0, 1\]"):
+        expand_grid(preset)
+    assert check_gamma_min(1) == 1.0 and check_gamma_min(0.8) == 0.8
+
+
+def test_the_loss_refuses_gamma_min_with_the_same_check():
+    torch = pytest.importorskip("torch")
+    from rspo.losses import compute_policy_loss
+
+    lp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match=r"^gamma_min: must lie in \(0, 1\], got 1.5"):
+        compute_policy_loss("gmpo", lp, lp, torch.zeros(2), torch.ones(2, 3), gamma=torch.ones(2, 3), gamma_min=1.5)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rspo.data.countdown as cd
+from rspo.data.cli import generate_main as main
 from rspo.data.countdown import (
     CountdownConfig,
     dfs_search_path,
@@ -17,11 +18,12 @@ from rspo.data.countdown import (
     format_completion,
     format_prompt,
     generate_split,
+    generator,
     heuristic_value,
     load_split,
-    main,
     optimal_path,
     rating,
+    solver,
     split_targets,
 )
 from rspo.rewards.countdown import score
@@ -169,7 +171,7 @@ def test_vectorised_solvability_matches_scalar_search():
     for n, hi, tmax in [(2, 5, 12), (3, 4, 30), (3, 99, 100), (4, 6, 40), (4, 99, 100)]:
         nums = rng.integers(0 if hi < 10 else 1, hi + 1, size=(600, n))
         target = rng.integers(0, tmax + 1, size=600)
-        fast = cd._solvable_batch(nums.astype(np.int64), target.astype(np.int64))
+        fast = solver._solvable_batch(nums.astype(np.int64), target.astype(np.int64))
         slow = [first_solution(int(t), row.tolist()) is not None
                 for row, t in zip(nums, target, strict=True)]
         assert fast.tolist() == slow
@@ -256,7 +258,7 @@ def test_val_redraws_solutions_in_exclude():
 
 def test_determinism_seed_and_workers(tmp_path, monkeypatch):
     args = ["--num-numbers", "3", "--train-size", "230", "--val-size", "40", "--val-target-size", "30"]
-    monkeypatch.setattr(cd, "CHUNK", 50)  # several chunks, so workers matter
+    monkeypatch.setattr(generator, "CHUNK", 50)  # several chunks, so workers matter
     assert main(["--out", str(tmp_path / "a"), *args, "--seed", "1"]) == 0
     assert main(["--out", str(tmp_path / "b"), *args, "--seed", "1", "--workers", "2"]) == 0
     assert main(["--out", str(tmp_path / "c"), *args, "--seed", "2"]) == 0
@@ -398,7 +400,7 @@ def test_killed_run_leaves_no_file_that_looks_done(tmp_path, monkeypatch):
     out = tmp_path / "o"
     assert main(["--out", str(out), "--num-numbers", "3", "--train-size", "20", "--val-size", "5",
                  "--val-target-size", "5"]) == 0
-    monkeypatch.setattr(cd, "make_record", flaky)
+    monkeypatch.setattr(generator, "make_record", flaky)
     with pytest.raises(KeyboardInterrupt):
         main(["--out", str(out), "--num-numbers", "3", "--train-size", "50", "--val-size", "5",
               "--val-target-size", "5"])

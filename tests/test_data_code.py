@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from rspo.data import code as c
-from rspo.data.cli import main as prepare_main
+from rspo.data.cli import prepare_main
 
 FX = "tests/fixtures/code"
 
@@ -43,7 +43,8 @@ def test_taco_encoding():
                                                 {"input": "-4\n", "output": "16\n"}]}
     # call-based: argument lists kept, APPS-wrapped outputs [v] unwrapped
     assert call == {"kind": "functional", "fn_name": "digit_sum",
-                    "cases": [{"input": [0], "output": 0}, {"input": [123], "output": 6}, {"input": [9999], "output": 36}]}
+                    "cases": [{"input": [0], "output": 0}, {"input": [123], "output": 6},
+                              {"input": [9999], "output": 36}]}
     assert recs[1]["starter_code"] == "def digit_sum(n):\n\t"
     # stdin given as lists of lines
     assert lines["cases"][1] == {"input": "hello\nworld", "output": "world\nhello"}
@@ -54,7 +55,8 @@ def test_primeintellect_encoding():
     stdin, fn = (r["tests"] for r in recs)
     assert stdin["kind"] == "stdin" and stdin["cases"][0] == {"input": "2\n1 2\n5 3\n", "output": "2\n5\n"}
     assert fn == {"kind": "functional", "fn_name": "count_words",
-                  "cases": [{"input": ["a b c"], "output": 3}, {"input": [""], "output": 0}, {"input": ["  two  words "], "output": 2}]}
+                  "cases": [{"input": ["a b c"], "output": 3}, {"input": [""], "output": 0},
+                            {"input": ["  two  words "], "output": 2}]}
     assert all(r["source"] == "deepcoder/primeintellect" for r in recs)
 
 
@@ -181,7 +183,8 @@ def test_normalised_file_roundtrip_and_schema_errors(tmp_path):
     p = tmp_path / "n.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert c.load_code_file(p) == recs
-    p.write_text(json.dumps({"prompt": "x", "starter_code": "", "source": "s", "tests": {"kind": "stdin", "cases": []}}) + "\n")
+    record = {"prompt": "x", "starter_code": "", "source": "s", "tests": {"kind": "stdin", "cases": []}}
+    p.write_text(json.dumps(record) + "\n")
     with pytest.raises(ValueError, match="non-empty list"):
         c.load_code_file(p)
     p.write_text(json.dumps({"title": "t", "body": "b"}) + "\n")
@@ -246,7 +249,8 @@ def test_prepare_code_cli(tmp_path, capsys):
     c.validate_code_record(recs[0])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["stats"]["leetcode:after_cutoff"] == 1
-    assert prepare_main(["code", "--out", str(out), "--source", f"{FX}/leetcode_sample.jsonl", "--cutoff", "2030-01-01"]) == 0
+    assert prepare_main(["code", "--out", str(out), "--source", f"{FX}/leetcode_sample.jsonl",
+                         "--cutoff", "2030-01-01"]) == 0
     assert len(out.read_text().splitlines()) == 2
     assert prepare_main(["code", "--out", str(out), "--source", "fallback", "--limit", "5", "--seed", "1"]) == 0
     assert [json.loads(x) for x in out.read_text().splitlines()] == c.load_code_train("fallback", limit=5, seed=1)

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rspo.data import math as m
-from rspo.data.cli import main as prepare_main
+from rspo.data.cli import prepare_main
 
 FIXTURE = "tests/fixtures/math/deepscaler_sample.json"
 
@@ -122,7 +122,8 @@ def test_hub_loader_uses_the_pinned_revision(monkeypatch):
 
     def fake_load(repo, split=None, revision=None, **kw):
         seen.update(repo=repo, split=split, revision=revision)
-        return FakeDS([{"problem": "p1", "solution": "", "answer": "1"}, {"problem": "p2", "solution": "s", "answer": "2"}])
+        return FakeDS([{"problem": "p1", "solution": "", "answer": "1"},
+                       {"problem": "p2", "solution": "s", "answer": "2"}])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     recs = m.load_math_train("hub", limit=1)
@@ -168,9 +169,10 @@ def test_text_tokenizer_round_trip_and_offline_reload(tmp_path):
     from transformers import AutoTokenizer
 
     from rspo.data.text_tokenizer import train_text_tokenizer
-    from rspo.evaluate.prompts import math_prompt
+    from rspo.prompts import math_prompt
 
-    texts = [math_prompt(r["prompt"]) + " The answer is \\boxed{" + r["answer"] + "}." for r in m.load_math_train("fallback", limit=300)]
+    texts = [math_prompt(r["prompt"]) + " The answer is \\boxed{" + r["answer"] + "}."
+             for r in m.load_math_train("fallback", limit=300)]
     hf = train_text_tokenizer(texts, 320, tmp_path / "tok")
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     assert len(tok) == len(hf) == 320

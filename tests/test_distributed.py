@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_moe import make_train_assets
 
 from rspo.config import check_world_size, train_config_from_dict
 from rspo.distributed import Dist
-from tiny_moe import make_train_assets
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"

@@ -5,11 +5,11 @@ column window trims only padding; scoring uses the sampling temperature."""
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_moe import ARCHS, make_tiny_moe
 
 from rspo.models import position_ids_from_mask
 from rspo.router import OldRouterCache, RoutingMode, forward_with_router_cache
 from rspo.train.forward import policy_forward, window
-from tiny_moe import ARCHS, make_tiny_moe
 
 G = 3
 

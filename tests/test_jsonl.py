@@ -1,4 +1,4 @@
-"""rspo.jsonl: the one JSONL reader (plain and gzipped), errors naming file:line."""
+"""rspo.jsonl: the one JSONL reader (plain and gzipped), errors naming file:line; the one atomic writer."""
 
 import gzip
 
@@ -29,3 +29,38 @@ def test_bad_lines_name_file_and_line(tmp_path, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         list(iter_jsonl(tmp_path / "nope.jsonl"))
+
+
+def test_write_atomic_text_bytes_and_streams(tmp_path):
+    import os
+
+    from rspo.jsonl import write_atomic, write_json_atomic, write_jsonl_atomic
+
+    assert write_atomic(tmp_path / "a" / "t.txt", "héllo\n").read_text(encoding="utf-8") == "héllo\n"
+    assert write_atomic(tmp_path / "b.bin", b"\x00\x01").read_bytes() == b"\x00\x01"
+    assert write_atomic(tmp_path / "c.txt", (f"{i}\n" for i in range(3))).read_text() == "0\n1\n2\n"
+    assert write_jsonl_atomic(tmp_path / "d.jsonl", [{"x": "é"}, {"y": 2}]) == 2
+    assert (tmp_path / "d.jsonl").read_text(encoding="utf-8") == '{"x": "é"}\n{"y": 2}\n'
+    write_json_atomic({"a": [1, 2]}, tmp_path / "e.json")
+    assert (tmp_path / "e.json").read_text() == '{\n  "a": [\n    1,\n    2\n  ]\n}\n'
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "e.json").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_write_atomic_failure_keeps_the_old_file_and_no_temporary(tmp_path):
+    from rspo.jsonl import write_atomic, write_json_atomic
+
+    path = tmp_path / "f.jsonl"
+    path.write_text("old\n")
+
+    def lines():
+        yield "new 1\n"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, lines())
+    with pytest.raises(ValueError):
+        write_json_atomic({"x": float("nan")}, path)
+    assert path.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.jsonl"]

@@ -7,8 +7,8 @@ import torch
 
 from rspo.losses import (
     DEFAULT_CLIP,
-    NonFiniteLogProbError,
     POLICY_LOSSES,
+    NonFiniteLogProbError,
     compute_policy_loss,
     group_advantages,
 )

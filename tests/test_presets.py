@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from rspo import config as rcfg
-from rspo.report.plan import Plan, validate_preset
+from rspo import plan as rplan
+from rspo.plan import Plan, validate_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = ROOT / "workflow" / "schemas" / "preset.schema.yaml"
@@ -46,6 +47,73 @@ def test_schema_rl_sections_match_dataclasses(section):
     assert set(props) == fields
 
 
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null",
+               dict: "object", tuple: "array", list: "array"}
+
+
+def _resolve(prop: dict) -> dict:
+    """A schema property with its $ref (into $defs) followed."""
+    while "$ref" in prop:
+        prop = {**SCHEMA["$defs"][prop["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in prop.items() if k != "$ref"}}
+    return prop
+
+
+def _schema_types(prop: dict) -> set[str]:
+    """The JSON types a schema property admits (from type, enum or const)."""
+    prop = _resolve(prop)
+    if "type" in prop:
+        return set([prop["type"]] if isinstance(prop["type"], str) else prop["type"])
+    values = prop.get("enum", [prop["const"]] if "const" in prop else None)
+    assert values is not None, f"schema property without type, enum or const: {prop}"
+    return {_JSON_TYPES[type(v)] for v in values}
+
+
+def _check_compatible(key: str, tp, prop: dict) -> None:
+    """The schema property admits exactly the JSON types of the annotation tp (an integer schema
+    fits a float field: JSON integers are numbers), recursing into dict values and tuple items."""
+    import types
+    import typing
+
+    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    wanted = {_JSON_TYPES[typing.get_origin(a) or a] for a in args}
+    got = _schema_types(prop)
+    widened = got | ({"number"} if "integer" in got else set())
+    assert got <= wanted | ({"integer"} if "number" in wanted else set()), f"{key}: schema {got} vs field {tp}"
+    assert wanted <= widened, f"{key}: field {tp} admits {wanted - widened}, the schema does not"
+    prop = _resolve(prop)
+    origin = typing.get_origin(tp)
+    if origin is dict:
+        _check_compatible(f"{key}.*", typing.get_args(tp)[1], prop["additionalProperties"])
+    elif origin is tuple:
+        items = typing.get_args(tp)
+        assert prop.get("minItems") == prop.get("maxItems") == len(items), f"{key}: expected {len(items)} items"
+        for i, item in enumerate(items):
+            _check_compatible(f"{key}[{i}]", item, prop["items"])
+
+
+@pytest.mark.parametrize("section", sorted(rcfg.SECTIONS))
+def test_schema_rl_types_match_dataclass_fields(section):
+    """Every field of the section's dataclass is in the schema with a compatible type, and the
+    schema has no key without a field: the hand-written schema cannot drift from rspo/config.py."""
+    import typing
+
+    cls = rcfg.SECTIONS[section]
+    props = SCHEMA["$defs"]["rl"]["properties"][section]["properties"]
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    assert not set(props) - set(fields), f"schema keys without a field: {sorted(set(props) - set(fields))}"
+    assert not set(fields) - set(props), f"fields missing from the schema: {sorted(set(fields) - set(props))}"
+    for name in fields:
+        _check_compatible(f"rl.{section}.{name}", hints[name], props[name])
+
+
+def test_dataclass_defaults_pass_the_schema():
+    import json
+
+    rl = json.loads(json.dumps({name: dataclasses.asdict(cls()) for name, cls in rcfg.SECTIONS.items()}))
+    validate_preset({"preset": "defaults", "rl": rl}, SCHEMA_FILE, where="defaults")
+
+
 def test_schema_enums_match_library_constants():
     defs = SCHEMA["$defs"]
     assert tuple(defs["algo"]["enum"]) == rcfg.ALGOS
@@ -53,7 +121,7 @@ def test_schema_enums_match_library_constants():
     rl = defs["rl"]["properties"]
     assert tuple(rl["algorithm"]["properties"]["routing"]["enum"]) == rcfg.ROUTING_MODES
     assert tuple(rl["data"]["properties"]["task"]["enum"]) == rcfg.TASKS
-    assert set(SCHEMA["properties"]["grid"]["properties"]) == rcfg.GRID_KEYS
+    assert set(SCHEMA["properties"]["grid"]["properties"]) == rplan.GRID_KEYS
 
 
 def test_schema_countdown_pretrain_model_keys_match_library():

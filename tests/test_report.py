@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from rspo.plan import FIGURES, Plan
 from rspo.report import reference as ref
 from rspo.report import tables
 from rspo.report.cli import main as report_main
-from rspo.report.plan import FIGURES, Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -288,7 +288,8 @@ def test_table_main_reference_rows_only_in_paper_presets(tmp_path):
             # the paper's RSPO math row, as printed (Avg. 77.1)
             assert "| GMPO+RS (RSPO) [paper] | 80.1 | 95.0 | 94.2 | 50.7 | 65.8 | 77.1 |" in md
         # our GRPO AIME24 cell is the mean ± std over the two seeds
-        vals = [100 * json.loads((root / "eval" / f"math-grpo-s{s}" / "math.json").read_text())["benchmarks"]["aime24"]["pass@1"]
+        vals = [100 * json.loads((root / "eval" / f"math-grpo-s{s}" / "math.json").read_text())
+                ["benchmarks"]["aime24"]["pass@1"]
                 for s in (0, 1)]
         import statistics
 
@@ -420,4 +421,5 @@ def test_default_families_plan_a_subset_and_full_the_whole_grid():
     assert not default.available("fig8_routing") and full.available("fig8_routing")
     assert default.available("fig4_plugin_stress") and default.figure_runs("fig4_plugin") == full.figure_runs(
         "fig4_plugin")
-    assert set(default.table_runs("table_countdown")["countdown"]) < set(full.table_runs("table_countdown")["countdown"])
+    assert (set(default.table_runs("table_countdown")["countdown"])
+            < set(full.table_runs("table_countdown")["countdown"]))

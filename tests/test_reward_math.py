@@ -5,15 +5,13 @@ from __future__ import annotations
 import signal
 import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 
+from rspo.evaluate.benchmarks import DEFAULT_MATH_SUITE as DATA  # the vendored suite
 from rspo.rewards import math as mreward
 from rspo.rewards.math import extract_boxed, score, score_batch
 from rspo.rewards.pool import TimeoutPool
-
-from rspo.evaluate.benchmarks import DEFAULT_MATH_SUITE as DATA  # the vendored suite
 
 
 def boxed(x: str) -> str:
@@ -249,7 +247,7 @@ def _read_split(split: str):
 @pytest.mark.parametrize("split", ["aime", "amc", "math", "minerva", "olympiad_bench"])
 def test_every_gold_of_the_eval_suite_matches_itself(split):
     answers = _read_split(split)
-    comps = ["\\boxed{%s}" % mreward._gold_strings(a[0] if isinstance(a, list) else a)[0] for a in answers]
+    comps = ["\\boxed{" + mreward._gold_strings(a[0] if isinstance(a, list) else a)[0] + "}" for a in answers]
     out = score_batch(comps, answers, workers=2, timeout=10)
     failures = [(i, a, r) for i, (a, r) in enumerate(zip(answers, out)) if r != (1.0, "ok")]
     assert failures == []

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rspo.rollout.base import pack_rows, response_mask_from_ids, stop_token_ids
-from rspo.seeding import row_seed
 from rspo.rollout.hf import HFBackend, _nucleus
 from rspo.rollout.vllm import VLLMBackend
+from rspo.seeding import row_seed
 from rspo.tokenizer import build_tokenizer
 
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_moe import ARCHS, make_tiny_moe
 from torch import nn
 
 from rspo.router import (
@@ -22,7 +23,6 @@ from rspo.router import (
     routing_control,
     shift_ratio,
 )
-from tiny_moe import ARCHS, make_tiny_moe
 
 B, T, VOCAB = 3, 7, 64
 
@@ -145,7 +145,7 @@ def test_capture_concatenates_forwards_and_detach():
     with capture_router_logits(model) as empty:
         pass
     with pytest.raises(RuntimeError, match="no forward"):
-        empty.logits
+        empty.logits  # noqa: B018 (reading the attribute is what raises)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -481,14 +481,14 @@ def test_replay_in_bf16(arch):
     _perturb_routers(model)
     for mode in ("logit_replay", "index_replay"):
         used = []
-        handles = [g.register_forward_hook(lambda m, a, o: used.append(o)) for g in moe_gates(model)]
+        handles = [g.register_forward_hook(lambda m, a, o: used.append(o)) for g in moe_gates(model)]  # noqa: B023
         try:
             with torch.no_grad(), routing_control(model, mode, cache):
                 out = model(ids)
         finally:
             for h in handles:
                 h.remove()
-        for _, scores, idx in used:
+        for _, scores, _idx in used:
             assert scores.dtype == (torch.float32 if arch == "mixtral" else torch.bfloat16)
         if mode == "logit_replay":
             assert torch.equal(out.logits, old_out.logits)

@@ -1,7 +1,6 @@
 """rspo.sweep: a tiny sweep end to end through the real commands (data, pretraining, two RL runs),
 the trial table, resumption (a finished trial is not rerun) and malformed sweep files."""
 
-import json
 from pathlib import Path
 
 import pytest

@@ -136,7 +136,7 @@ def test_fingerprint_detects_other_vocab_and_ignores_padding():
 
 
 def test_cli(tmp_path, capsys):
-    from rspo.data.countdown import main as generate_main
+    from rspo.data.cli import generate_main
 
     assert generate_main(["--out", str(tmp_path / "data"), "--num-numbers", "3", "--train-size", "30",
                           "--val-size", "5", "--val-target-size", "5"]) == 0

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_moe import make_train_assets
 
 from rspo.config import TrainConfig, train_config_from_dict
 from rspo.tasks import Task, get_task
 from rspo.train.trainer import RunFolderMismatch, TooManyNonFinite, Trainer
-from tiny_moe import make_train_assets
+
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rspo.report.plan import Plan
+from rspo.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["smoke", "small", "paper_small", "paper_large_math", "paper_large_code"]

@@ -1,52 +1,41 @@
-"""``python -m rspo prepare math|code``: write normalised math/code training records as JSONL.
+"""The data commands: ``python -m rspo generate`` (Countdown splits) and ``python -m rspo prepare
+math|code`` (normalised math/code training records as JSONL).
 
+    python -m rspo generate --out data/countdown --preset configs/small.yaml --workers 2
     python -m rspo prepare math --out data/math/train.jsonl --source hub            # DeepScaleR
     python -m rspo prepare math --out data/math/train.jsonl --source fallback --limit 2000 --seed 0
     python -m rspo prepare code --out data/code/train.jsonl --source hub            # DeepCoder mix
     python -m rspo prepare code --out data/code/train.jsonl --source some_file.jsonl
 
-``--source``: ``hub`` (pinned hub revisions, network), ``fallback`` (offline generated set, see
-rspo.data.math / rspo.data.code) or a local file in an upstream schema. Records are validated and
-written atomically (temporary file + rename), so an interrupted run leaves no partial output. A
-summary (record count, per-source counts, dropped rows) is printed as one JSON line on stdout.
+``generate``: the preset's top-level ``countdown:`` mapping gives the defaults of the generator
+(rspo.data.countdown.CountdownConfig), flags override them; writes ``{split}.jsonl`` and
+``meta.json`` (last), prints a JSON summary line.
+
+``prepare --source``: ``hub`` (pinned hub revisions, network), ``fallback`` (offline generated set,
+see rspo.data.math / rspo.data.code) or a local file in an upstream schema. Records are validated
+and written atomically (temporary file + rename), so an interrupted run leaves no partial output.
+A summary (record count, per-source counts, dropped rows) is printed as one JSON line on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import sys
-import tempfile
+import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from rspo.data.countdown import CountdownConfig, generate
+from rspo.jsonl import write_jsonl_atomic
+
+# ---------------------------------------------------------------------------------------
+# prepare
 
 
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
-    """Write records as JSON lines to ``path`` atomically; return the number written."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-                n += 1
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return n
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_prepare_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="rspo prepare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -64,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def prepare_main(argv: list[str] | None = None) -> int:
+    args = build_prepare_parser().parse_args(argv)
     if args.limit is not None and args.limit < 1:
         print("rspo prepare: --limit must be >= 1", file=sys.stderr)
         return 2
@@ -110,5 +99,73 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+# ---------------------------------------------------------------------------------------
+# generate
+
+_CLI_KEYS = [f.name for f in dataclasses.fields(CountdownConfig)]
+
+
+def _countdown_section(path: str) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"preset not found: {p}")
+    with p.open(encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    if not isinstance(doc, dict) or "countdown" not in doc:
+        raise ValueError(f"preset {p} has no top-level 'countdown:' mapping")
+    section = doc["countdown"]
+    if not isinstance(section, dict):
+        raise ValueError(f"preset {p}: 'countdown' must be a mapping, got {type(section).__name__}")
+    unknown = sorted(set(section) - set(_CLI_KEYS))
+    if unknown:
+        raise ValueError(
+            f"preset {p}: unknown key(s) in 'countdown': {', '.join(map(str, unknown))} "
+            f"(allowed: {', '.join(_CLI_KEYS)})"
+        )
+    return section
+
+
+def build_generate_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m rspo generate",
+        description="Generate Countdown splits (train, val, val_target) as JSONL + meta.json.",
+    )
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--preset", help="YAML preset; its top-level 'countdown:' mapping gives defaults")
+    types = {f.name: (float if f.name == "heldout_target_frac" else int)
+             for f in dataclasses.fields(CountdownConfig)}
+    for name in _CLI_KEYS:
+        default = CountdownConfig.__dataclass_fields__[name].default
+        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=types[name], default=None,
+                        help=f"(default {default})")
+    ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
+    ap.add_argument("--no-traces", dest="traces", action="store_false",
+                    help="omit search_path/optimal_path/rating/search_type (rebuilt on demand by "
+                         "format_completion); ~10x smaller and faster for 4 numbers")
+    return ap
+
+
+def generate_main(argv: list[str] | None = None) -> int:
+    parser = build_generate_parser()
+    args = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    try:
+        if args.preset:
+            values.update(_countdown_section(args.preset))
+        for name in _CLI_KEYS:
+            if getattr(args, name) is not None:
+                values[name] = getattr(args, name)
+        if args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        cfg = CountdownConfig(**values)
+    except (ValueError, FileNotFoundError) as e:
+        parser.error(str(e))  # exits with status 2 and the message on stderr
+    t0 = time.perf_counter()
+    meta = generate(cfg, args.out, workers=args.workers, traces=args.traces, progress=not args.quiet)
+    summary = {"out": str(args.out), "counts": meta["counts"],
+               "seconds": round(time.perf_counter() - t0, 2)}
+    print(json.dumps(summary))
+    return 0

@@ -607,7 +607,7 @@ def load_code_file(
         return normalise_lcb_release(rows, cutoff, max_cases, stats)
     out = []
     label = {"taco": "taco", "primeintellect": "primeintellect", "lcb": "lcbv5"}
-    for i, row in enumerate(rows):
+    for row in rows:
         try:
             enc, _ = decode_deepcoder_tests(row.get("tests"), _metadata(row).get("func_name"))
         except ValueError:
@@ -684,7 +684,8 @@ def _fallback_problem(rng: random.Random) -> dict:
     else:
         fn_name = "sum_of_multiples"
         starter = "def sum_of_multiples(n):\n    "
-        text = f"Write a function sum_of_multiples(n) that returns the sum of the positive multiples of {k} not greater than n."
+        text = (f"Write a function sum_of_multiples(n) that returns the sum of the positive multiples of {k} "
+                "not greater than n.")
         sol = f"def sum_of_multiples(n):\n    return sum(range({k}, n + 1, {k}))\n"
         for _ in range(5):
             n = rng.randint(0, 60)

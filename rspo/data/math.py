@@ -4,7 +4,7 @@ The paper trains Qwen3-30B-A3B on DeepScaleR (``agentica-org/DeepScaleR-Preview-
 problems, one file ``deepscaler.json`` with fields ``problem``, ``solution`` (may be ""),
 ``answer``). Every source here is normalised to one record per problem::
 
-    {"prompt": str,                 # the raw problem text (no template; rspo.evaluate.prompts adds it)
+    {"prompt": str,                 # the raw problem text (no template; rspo.prompts adds it)
      "answer": str | list[str],     # gold answer(s), graded by rspo.rewards.math
      "source": str}                 # "deepscaler", "arithmetic_fallback" or the file's name
 

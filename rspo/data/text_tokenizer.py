@@ -9,7 +9,7 @@ built without the hub: ``train_text_tokenizer(texts, vocab_size, out_dir)`` trai
 
 - Special tokens: ``<pad>`` (id 0), ``<bos>`` (id 1), ``<eos>`` (id 2).
 - ``add_special_tokens=True`` prepends ``<bos>``; ``<eos>`` is appended by the training code.
-- No chat template: prompts are plain text (rspo.evaluate.prompts renders ChatML markers such as
+- No chat template: prompts are plain text (rspo.prompts renders ChatML markers such as
   ``<|im_start|>`` as ordinary text, which this tokenizer splits into byte pieces).
 - ``add_prefix_space=False`` and no normaliser, so decode(encode(text)) == text.
 """

@@ -126,15 +126,9 @@ def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], 
     return out
 
 
-def eval_run_name(family: str, model_dir: str) -> str:
-    """The MLflow run name of an evaluation: eval-<family>-<run name, or the model folder's name>."""
-    label = Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
-    return f"eval-{family}-{label}"
-
-
 def _log_mlflow(preset: dict[str, Any], family: str, model_dir: str, result: dict[str, Any],
                 datasets: list[tuple[str, str]] | None = None) -> None:
-    from rspo.tracking import Tracker, default_tracking_uri
+    from rspo.tracking import Tracker, default_tracking_uri, eval_run_name
 
     name = str(preset.get("preset", "preset"))
     experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
@@ -167,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser(family).parse_args(argv[1:])
     from rspo.config import load_preset
     from rspo.models import set_threads
+    from rspo.tracking import eval_run_name
 
     set_threads(args.threads)
     preset = load_preset(args.preset)
@@ -197,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.close()
         result["model"] = str(args.model)
     result["wall_time_s"] = time.time() - t0
-    from rspo.evaluate.suites import write_json_atomic
+    from rspo.jsonl import write_json_atomic
 
     write_json_atomic(result, args.out)
     if not args.no_mlflow:

@@ -68,8 +68,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rspo import prompts as P
 from rspo.evaluate import benchmarks as B
-from rspo.evaluate import prompts as P
 
 log = logging.getLogger(__name__)
 

@@ -210,7 +210,7 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
 
 def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files."""
-    from rspo.config import STRESS_PREFIX
+    from rspo.plan import STRESS_PREFIX
 
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
     total = int(((plan.preset.get("rl") or {}).get("schedule") or {}).get("total_steps", 100))

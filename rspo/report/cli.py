@@ -3,13 +3,14 @@
     python -m rspo report figure fig4_plugin --preset configs/small.yaml \
         --runs-dir results/small/runs --out results/small/figures/fig4_plugin.pdf   # + .png
     python -m rspo report table table_countdown --preset configs/small.yaml \
-        --eval-dir results/small/eval --runs-dir results/small/runs --out results/small/tables/table_countdown.md  # + .tex
+        --eval-dir results/small/eval --runs-dir results/small/runs \
+        --out results/small/tables/table_countdown.md  # + .tex
     python -m rspo report table table_main --preset configs/paper_large_math.yaml --eval-dir ... --out ...
     python -m rspo report table table_efficiency --preset configs/small.yaml --bench results/small/bench.json --out ...
     python -m rspo report table table_claims --preset configs/small.yaml --eval-dir results/small/eval \
         --runs-dir results/small/runs --bench results/small/bench.json --out results/small/tables/table_claims.md
 
-The runs a figure or table uses come from the preset (rspo.report.plan), exactly as Snakemake plans
+The runs a figure or table uses come from the preset (rspo.plan), exactly as Snakemake plans
 them; `--seeds 0 1 2` replaces the preset's seeds (Snakemake passes it for `--config seeds=[...]`),
 `--runs a b c` draws a figure from an explicit list instead.
 
@@ -25,7 +26,7 @@ import argparse
 import sys
 
 from rspo.config import ConfigError
-from rspo.report.plan import FIGURES, TABLES, Plan
+from rspo.plan import FIGURES, TABLES, Plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +59,7 @@ def _table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
     import json
     from pathlib import Path
 
-    from rspo.evaluate.cli import eval_run_name
+    from rspo.tracking import eval_run_name
 
     out = []
     for task, runs in plan.table_runs(name).items():

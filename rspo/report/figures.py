@@ -37,15 +37,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib.pyplot as plt  # noqa: E402  (after style: Agg backend)
 import pandas as pd
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from rspo.jsonl import iter_jsonl
+from rspo.plan import FIGURES, Plan, Run, paper_figure
 from rspo.report import style
-from rspo.report.plan import FIGURES, Plan, Run, paper_figure
-
-import matplotlib.pyplot as plt  # noqa: E402  (after style: Agg backend)
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 REWARD = "critic/score/mean"
 METRIC_LABELS = {
@@ -139,7 +138,8 @@ def panels_for(figure: str, plan: Plan, runs: list[str]) -> list[Panel]:
     if figure in ("fig4_plugin", "fig5_stopgrad", "fig8_routing"):
         return [Panel(REWARD), Panel("val", required=False)]
     if figure == "fig6_mechanism":
-        return [Panel(m) for m in ("router/shift_ratio_mean", "router/shift_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac")]
+        metrics = ("router/shift_ratio_mean", "router/shift_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac")
+        return [Panel(m) for m in metrics]
     if figure == "fig7_entropy":
         return [Panel("actor/entropy")]
     raise ValueError(f"unknown figure {figure!r}; choose one of {list(FIGURES)}")

@@ -46,7 +46,9 @@ TABLE1: dict[str, dict[str, dict[str, float]]] = {
         "grpo": {"aime24": 77.0, "amc23": 82.5, "math500": 91.8, "minerva": 48.2, "olympiadbench": 58.1, "avg": 71.5},
         "gspo": {"aime24": 80.4, "amc23": 95.0, "math500": 93.6, "minerva": 48.9, "olympiadbench": 64.0, "avg": 76.4},
         "gmpo": {"aime24": 80.1, "amc23": 92.5, "math500": 94.2, "minerva": 49.3, "olympiadbench": 65.9, "avg": 76.4},
-        "gmpo+rs": {"aime24": 80.1, "amc23": 95.0, "math500": 94.2, "minerva": 50.7, "olympiadbench": 65.8, "avg": 77.1},
+        "gmpo+rs": {
+            "aime24": 80.1, "amc23": 95.0, "math500": 94.2, "minerva": 50.7, "olympiadbench": 65.8, "avg": 77.1,
+        },
     },
     "code": {
         "base": {"livecodebench": 52.9, "mbpp": 86.4, "humaneval": 83.5, "avg": 74.3},

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rspo.plan import Plan
 from rspo.report import reference as ref
-from rspo.report.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Cell:
     digits: int = 1
 
     @classmethod
-    def of(cls, values: list[float], digits: int = 1) -> "Cell":
+    def of(cls, values: list[float], digits: int = 1) -> Cell:
         if not values:
             return cls(text="–")
         mean = statistics.fmean(values)
@@ -223,7 +223,7 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
     base_file = eval_dir / "base" / "countdown.json"
     rows = [("Base (pretrained)", [Cell.of([countdown_accuracy(base_file, s)]) for s in splits]
              + [Cell(text="–")] + ([Cell(text="–"), Cell(text="–")] if rdir is not None else []))]
-    for method, names in _by_method(plan, runs).items():
+    for names in _by_method(plan, runs).values():
         cells = [Cell.of([countdown_accuracy(eval_dir / n / "countdown.json", s) for n in names]) for s in splits]
         cells.append(Cell(text=str(len(names))))
         if rdir is not None:
@@ -233,7 +233,8 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
         rows.append((plan.label(names[0]), cells))
     n_eval = {s: (_read_json(base_file)["splits"][s] or {}).get("n") for s in splits}
     notes = [
-        f"Preset {plan.name}; greedy accuracy of the final checkpoint; mean over seeds (± sample std with several seeds).",
+        f"Preset {plan.name}; greedy accuracy of the final checkpoint; "
+        "mean over seeds (± sample std with several seeds).",
         "Collapse: the collapse detector's step per seed (– = never), and how many seeds it flagged.",
         "Problems per split: " + ", ".join(f"{s} {n}" for s, n in n_eval.items()) + ".",
         "The paper reports no Countdown accuracy table (its Countdown results are training curves).",
@@ -275,7 +276,8 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
             runs_of.setdefault(key, {}).setdefault(task, []).append(r)
 
     rows = []
-    notes = [f"Preset {plan.name}; Pass@1 (%) of the final checkpoint; mean over seeds (± sample std with several seeds)."]
+    notes = [f"Preset {plan.name}; Pass@1 (%) of the final checkpoint; "
+             "mean over seeds (± sample std with several seeds)."]
     for key in methods:
         cells: list[Cell] = []
         for task in per_task:
@@ -287,7 +289,8 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
         rows.append((ref.TABLE1_LABELS.get(key, key.upper()), cells))
     for task in per_task:
         counts = {b: benchmark_pass1(eval_dir / "base" / f"{task}.json", b)[1] for b in benches[task]}
-        notes.append(f"{task} problems per benchmark: " + ", ".join(f"{ref.BENCHMARK_LABELS[b]} {n}" for b, n in counts.items()) + ".")
+        per_bench = ", ".join(f"{ref.BENCHMARK_LABELS[b]} {n}" for b, n in counts.items())
+        notes.append(f"{task} problems per benchmark: {per_bench}.")
 
     ref_rows = []
     if ref.has_reference("table_main", plan.name):

@@ -9,7 +9,7 @@ this layout (the rollout engine's own log-probs are never used, as in the paper)
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rspo.rollout.base import RolloutBackend, RolloutBatch
 

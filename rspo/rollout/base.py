@@ -34,7 +34,7 @@ class RolloutBatch:
         responses = [ids[i, P:][resp_mask[i]].tolist() for i in range(ids.shape[0])]
         return prompts, responses
 
-    def select(self, rows: torch.Tensor) -> "RolloutBatch":
+    def select(self, rows: torch.Tensor) -> RolloutBatch:
         return RolloutBatch(
             input_ids=self.input_ids[rows],
             attention_mask=self.attention_mask[rows],

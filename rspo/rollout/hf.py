@@ -35,7 +35,7 @@ rank whose rows are all done keeps forwarding one placeholder row until the othe
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -16,8 +16,9 @@ the missing extra) and everything around the engine is unit-tested with a fake e
 the same ``generate`` / output shape (``RequestOutput.prompt_token_ids``, ``.outputs[j].token_ids``).
 
 Deviation from the hf backend: vLLM returns its own sampled token ids and seeds per prompt (one
-seeded SamplingParams per request), not per response row; the batch is rebuilt in the same layout (left-padded prompts, right-padded responses, EOS included in the mask). Old log-probs
-are always recomputed by the training model (paper: the rollout engine's log-probs are not used).
+seeded SamplingParams per request), not per response row; the batch is rebuilt in the same layout
+(left-padded prompts, right-padded responses, EOS included in the mask). Old log-probs are always
+recomputed by the training model (paper: the rollout engine's log-probs are not used).
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rspo train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="rspo train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", required=True, help="configs/<preset>.yaml")
     ap.add_argument("--run", default=None, help="a run name of the preset's grid (e.g. gmpo-rs0.8-s0)")
     ap.add_argument("--base-model", default=None, help="base checkpoint folder or hub id (sets model.path)")
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError, load_preset, load_train_config
+    from rspo.config import ConfigError, load_preset
+    from rspo.plan import load_train_config
     from rspo.tracking import Tracker, default_tracking_uri
 
     overrides = list(args.overrides)

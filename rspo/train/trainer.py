@@ -92,7 +92,6 @@ from rspo.models import (
 from rspo.progress import Progress, train_progress_metrics
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.base import pack_rows, stop_token_ids
-from rspo.seeding import derive_seed
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
@@ -100,6 +99,7 @@ from rspo.router import (
     router_shift_ratio,
     router_spec,
 )
+from rspo.seeding import derive_seed
 from rspo.tasks import Task, generate_and_score, get_task, load_records
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
@@ -595,7 +595,8 @@ class Trainer:
             "perf/rollout_tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
             "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
             # every non-padding token the updates process (prompt + response), as a training loop counts
-            "perf/update_tokens_per_s": float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
+            "perf/update_tokens_per_s": (float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs
+                                         / max(t4 - t3, 1e-9)),
         })
         if cache is not None:
             metrics["router/cache_bytes"] = float(cache.nbytes)

@@ -1,7 +1,7 @@
 # Shared set-up: load and validate the preset, plan the runs, paths, resources, environments.
-# Rules stay thin: every decision about WHICH runs a target needs lives in rspo/report/plan.py
-# (shared with the report CLI), and the run grid itself in rspo/config.py (the preset is the
-# single source of truth).
+# Rules stay thin: every decision about WHICH runs, data and models a target needs lives in
+# rspo/plan.py (the run grid, and the planner shared with the report CLI; the preset is the single
+# source of truth).
 
 import os
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from rspo import config as rcfg
-from rspo.report.plan import FIGURES, NEEDS, TABLES, Plan, validate_preset
+from rspo.plan import FIGURES, NEEDS, TABLES, Plan, load_train_config, validate_preset
 
 ROOT = Path(workflow.basedir)
 
@@ -95,7 +95,7 @@ _FINGERPRINTS = {}
 
 def run_fingerprint(run):
     if run not in _FINGERPRINTS:
-        _FINGERPRINTS[run] = rcfg.load_train_config(PRESET_FILE, run).fingerprint()
+        _FINGERPRINTS[run] = load_train_config(PRESET_FILE, run).fingerprint()
     return _FINGERPRINTS[run]
 
 

@@ -3,7 +3,6 @@
 
 
 rule countdown_data:
-    input:
     output:
         train=f"{R}/data/countdown/train.jsonl",
         val=f"{R}/data/countdown/val.jsonl",
@@ -11,20 +10,19 @@ rule countdown_data:
         meta=f"{R}/data/countdown/meta.json",
     log:
         f"{R}/logs/data/countdown.log",
-    params:
-        preset=PRESET_FILE,
-        preset_digest=preset_digest("data"),
-        out=lambda wildcards, output: os.path.dirname(output.meta),
+    conda:
+        ENV_CPU
     threads: res("data", "threads")
     resources:
         mem_mb=res("data", "mem_mb"),
         runtime=res("data", "runtime"),
         gpu=0,
-    conda:
-        ENV_CPU
+    params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("data"),
+        out=lambda wildcards, output: os.path.dirname(output.meta),
     shell:
-        "python -m rspo generate --preset {params.preset} --out {params.out} "
-        "--workers {threads} > {log} 2>&1"
+        "python -m rspo generate --preset {params.preset} --out {params.out} " "--workers {threads} > {log} 2>&1"
 
 
 rule tokenizer:
@@ -32,15 +30,15 @@ rule tokenizer:
         f"{R}/models/tokenizer/tokenizer.json",
     log:
         f"{R}/logs/data/tokenizer.log",
-    params:
-        out=lambda wildcards, output: os.path.dirname(output[0]),
+    conda:
+        ENV_CPU
     threads: 1
     resources:
         mem_mb=res("data", "mem_mb"),
         runtime=res("data", "runtime"),
         gpu=0,
-    conda:
-        ENV_CPU
+    params:
+        out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
         "python -m rspo tokenizer --out {params.out} > {log} 2>&1"
 
@@ -52,14 +50,14 @@ rule prepare_task:
         f"{R}/logs/data/{{task}}.log",
     wildcard_constraints:
         task="math|code",
-    params:
-        source=lambda wildcards: PLAN.prepare_source(wildcards.task),
+    conda:
+        ENV_CPU
     threads: res("data", "threads")
     resources:
         mem_mb=res("data", "mem_mb"),
         runtime=res("data", "runtime"),
         gpu=0,
-    conda:
-        ENV_CPU
+    params:
+        source=lambda wildcards: PLAN.prepare_source(wildcards.task),
     shell:
         "python -m rspo prepare {wildcards.task} --out {output} --source {params.source} > {log} 2>&1"

@@ -11,18 +11,18 @@ rule evaluate_countdown:
         f"{R}/logs/eval/{{name}}.countdown.log",
     wildcard_constraints:
         name="[^/]+",
-    params:
-        preset=PRESET_FILE,
-        preset_digest=preset_digest("evaluate"),
-        model=lambda wildcards: eval_model(wildcards.name, "countdown"),
-        data=lambda wildcards, input: os.path.dirname(input.val),
+    conda:
+        ENV_TORCH
     threads: res("evaluate", "threads")
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
-    conda:
-        ENV_TORCH
+    params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("evaluate"),
+        model=lambda wildcards: eval_model(wildcards.name, "countdown"),
+        data=lambda wildcards, input: os.path.dirname(input.val),
     shell:
         "python -m rspo evaluate countdown --preset {params.preset} --model {params.model} "
         "--data {params.data} --out {output} --threads {threads} > {log} 2>&1"
@@ -38,17 +38,17 @@ rule evaluate_task:
     wildcard_constraints:
         name="[^/]+",
         task="math|code",
-    params:
-        preset=PRESET_FILE,
-        preset_digest=preset_digest("evaluate"),
-        model=lambda wildcards: eval_model(wildcards.name, wildcards.task),
+    conda:
+        ENV_TORCH
     threads: res("evaluate", "threads")
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
-    conda:
-        ENV_TORCH
+    params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("evaluate"),
+        model=lambda wildcards: eval_model(wildcards.name, wildcards.task),
     shell:
         "python -m rspo evaluate {wildcards.task} --preset {params.preset} --model {params.model} "
         "--out {output} --threads {threads} > {log} 2>&1"
@@ -65,19 +65,19 @@ rule bench:
         f"{R}/bench.json",
     log:
         f"{R}/logs/bench.log",
+    conda:
+        ENV_TORCH
+    threads: bench_threads()
+    resources:
+        mem_mb=res("bench", "mem_mb"),
+        runtime=res("bench", "runtime"),
+        gpu=res("bench", "gpu"),
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("bench"),
         model=lambda wildcards, input: os.path.dirname(input.base),
         data=lambda wildcards, input: os.path.dirname(input.data),
         threads=res("bench", "threads"),
-    threads: bench_threads()
-    resources:
-        mem_mb=res("bench", "mem_mb"),
-        runtime=res("bench", "runtime"),
-        gpu=res("bench", "gpu"),
-    conda:
-        ENV_TORCH
     shell:
         "python -m rspo bench --preset {params.preset} --model {params.model} --data {params.data} "
         "--threads {params.threads} --out {output} > {log} 2>&1"
@@ -95,19 +95,19 @@ rule bench_speed:
         f"{R}/speed.json",
     log:
         f"{R}/logs/speed.log",
+    conda:
+        ENV_TORCH
+    threads: bench_threads()
+    resources:
+        mem_mb=res("bench", "mem_mb"),
+        runtime=res("bench", "runtime"),
+        gpu=res("bench", "gpu"),
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("bench"),
         model=lambda wildcards, input: os.path.dirname(input.base),
         data=lambda wildcards, input: os.path.dirname(input.data),
         threads=res("bench", "threads"),
-    threads: bench_threads()
-    resources:
-        mem_mb=res("bench", "mem_mb"),
-        runtime=res("bench", "runtime"),
-        gpu=res("bench", "gpu"),
-    conda:
-        ENV_TORCH
     shell:
         "python -m rspo speed --preset {params.preset} --model {params.model} --data {params.data} "
         "--threads {params.threads} --out {output} > {log} 2>&1"

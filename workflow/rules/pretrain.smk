@@ -11,19 +11,19 @@ rule pretrain:
         f"{R}/models/base/pretrain.json",
     log:
         f"{R}/logs/pretrain/base.log",
+    conda:
+        ENV_TORCH
+    threads: res("pretrain", "threads")
+    resources:
+        mem_mb=res("pretrain", "mem_mb"),
+        runtime=res("pretrain", "runtime"),
+        gpu=res("pretrain", "gpu"),
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("pretrain"),
         data=lambda wildcards, input: os.path.dirname(input.data),
         tokenizer=lambda wildcards, input: os.path.dirname(input.tokenizer),
         out=lambda wildcards, output: os.path.dirname(output[0]),
-    threads: res("pretrain", "threads")
-    resources:
-        mem_mb=res("pretrain", "mem_mb"),
-        runtime=res("pretrain", "runtime"),
-        gpu=res("pretrain", "gpu"),
-    conda:
-        ENV_TORCH
     shell:
         "python -m rspo pretrain --preset {params.preset} --data {params.data} "
         "--tokenizer {params.tokenizer} --out {params.out} --threads {threads} > {log} 2>&1"
@@ -38,17 +38,17 @@ rule pretrain_task:
         f"{R}/logs/pretrain/base-{{task}}.log",
     wildcard_constraints:
         task="math|code",
-    params:
-        preset=PRESET_FILE,
-        preset_digest=preset_digest("pretrain"),
-        out=lambda wildcards, output: os.path.dirname(output[0]),
+    conda:
+        ENV_TORCH
     threads: res("pretrain", "threads")
     resources:
         mem_mb=res("pretrain", "mem_mb"),
         runtime=res("pretrain", "runtime"),
         gpu=res("pretrain", "gpu"),
-    conda:
-        ENV_TORCH
+    params:
+        preset=PRESET_FILE,
+        preset_digest=preset_digest("pretrain"),
+        out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
         "python -m rspo pretrain --preset {params.preset} --task {wildcards.task} --data {input.data} "
         "--out {params.out} --threads {threads} > {log} 2>&1"

@@ -24,19 +24,19 @@ for _fig in FIGURES:
             ),
         log:
             f"{R}/logs/report/{_fig}.log",
+        conda:
+            ENV_CPU
+        threads: res("report", "threads")
+        resources:
+            mem_mb=res("report", "mem_mb"),
+            runtime=res("report", "runtime"),
+            gpu=0,
         params:
             fig=_fig,
             preset=PRESET_FILE,
             preset_digest=preset_digest("report"),
             runs=f"{R}/runs",
             seeds=PLAN_ARGS,
-        threads: res("report", "threads")
-        resources:
-            mem_mb=res("report", "mem_mb"),
-            runtime=res("report", "runtime"),
-            gpu=0,
-        conda:
-            ENV_CPU
         shell:
             "python -m rspo report figure {params.fig} --preset {params.preset} --runs-dir {params.runs} "
             "--out {output.pdf} {params.seeds} --mlflow > {log} 2>&1"
@@ -57,19 +57,19 @@ for _table in TABLES:
             tex=f"{R}/tables/{_table}.tex",
         log:
             f"{R}/logs/report/{_table}.log",
+        conda:
+            ENV_CPU
+        threads: res("report", "threads")
+        resources:
+            mem_mb=res("report", "mem_mb"),
+            runtime=res("report", "runtime"),
+            gpu=0,
         params:
             table=_table,
             preset=PRESET_FILE,
             preset_digest=preset_digest("report"),
             args=lambda wildcards, input, table=_table: table_args(table, input),
             seeds=PLAN_ARGS,
-        threads: res("report", "threads")
-        resources:
-            mem_mb=res("report", "mem_mb"),
-            runtime=res("report", "runtime"),
-            gpu=0,
-        conda:
-            ENV_CPU
         shell:
             "python -m rspo report table {params.table} --preset {params.preset} {params.args} "
             "{params.seeds} --out {output.md} --mlflow > {log} 2>&1"

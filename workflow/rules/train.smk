@@ -1,4 +1,4 @@
-# One RL run per grid name (rspo.config.expand_grid): GRPO / GSPO / GMPO, +RS, gamma_min sweep,
+# One RL run per grid name (rspo.plan.expand_grid): GRPO / GSPO / GMPO, +RS, gamma_min sweep,
 # stop-gradient ablation, routing alternatives, and the math/code `main` runs. A run that several
 # figures need has one name and is trained once. final.json is written last by `rspo train`;
 # metrics.jsonl, run.json and the checkpoints stay in place if a job dies, so a rerun resumes.
@@ -15,6 +15,13 @@ rule train:
         f"{R}/logs/train/{{run}}.log",
     wildcard_constraints:
         run="|".join(re.escape(name) for name in PLAN.runs) or "(?!)",
+    conda:
+        ENV_TORCH
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
     params:
         preset=PRESET_FILE,
         preset_digest=lambda wildcards: run_fingerprint(wildcards.run),
@@ -23,13 +30,6 @@ rule train:
         vals=lambda wildcards: train_params(wildcards)["vals"],
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=train_launcher(),
-    threads: res("train", "threads")
-    resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
-    conda:
-        ENV_TORCH
     shell:
         "{params.launcher} -m rspo train --preset {params.preset} --run {wildcards.run} --base-model {params.base} "
         "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} > {log} 2>&1"

@@ -180,7 +180,8 @@ def evalplus_prompt(task_prompt: str, style: str = "chatml") -> tuple[str, str]:
 def mbpp_task_text(text: str, test_list: list[str]) -> str:
     """The MBPP paper's task description (Austin et al. 2021)."""
     tests = "\n".join(test_list)
-    return f"You are an expert Python programmer, and here is your task: {text} Your code should pass these tests:\n\n{tests}\n"
+    return (f"You are an expert Python programmer, and here is your task: {text} "
+            f"Your code should pass these tests:\n\n{tests}\n")
 
 
 def mbpp_prompt(text: str, test_list: list[str], style: str = "chatml") -> tuple[str, str]:

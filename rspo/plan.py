@@ -1,10 +1,18 @@
-"""What a preset builds: its runs, which runs each paper table and figure needs, base models,
-data sources and job resources.
+"""The planner: which runs, data and models a preset and a target need.
 
-Snakemake (``Snakefile``, ``workflow/rules/*.smk``) and the report CLI (``python -m rspo report``)
-both ask this module, so the figure a rule plans is the figure the CLI draws. The run grid itself
-comes from ``rspo.config.expand_grid`` (the preset is the single source of truth); this module only
-selects from it. It imports nothing heavy (no torch, no matplotlib): ``snakemake -n`` stays fast.
+One answer for everyone who asks: Snakemake (``Snakefile``, ``workflow/rules/*.smk``), the report
+CLI (``python -m rspo report``) and the train/bench commands (``load_train_config``), so the figure
+a rule plans is the figure the CLI draws and the run a job trains is the run the grid names.
+
+- The run grid: ``expand_grid`` turns the preset's ``grid:`` mapping (and ``stress:``) into named
+  runs (``run_name``: ``gmpo-rs0.8-s0``, ``grpo-s1``, ...); a run several figures need is one run,
+  trained once. ``load_train_config`` resolves one named run into a ``TrainConfig``
+  (rspo.config holds the dataclasses and their validation).
+- ``Plan``: the runs of one preset (its default families, or the whole grid with ``full``), the
+  runs each paper figure and table draws, base models, data sources, job resources, and the deep
+  validation of a preset before any job starts (``Plan.check``, ``validate_preset``).
+
+It imports nothing heavy (no torch, no matplotlib): ``snakemake -n`` stays fast.
 
 Choices that are ours, not the paper's (the paper index is in docs/design.md):
 - fig1_reward and fig7_entropy plot the paper's four methods (GRPO, GSPO, GMPO and RSPO = GMPO+RS),
@@ -13,7 +21,7 @@ Choices that are ours, not the paper's (the paper index is in docs/design.md):
   family (paper_large_math, paper_large_code) therefore draws them from its ``main`` runs of the first
   task in ``grid.main.tasks``; presets with a ``plugin`` family use the Countdown runs.
 - Fig. 3 in the paper is a Qwen3-30B-A3B math sweep; here it is built wherever the preset has a
-  ``gamma_min`` grid family (the Countdown presets), because ``rspo.config`` names gamma_min runs
+  ``gamma_min`` grid family (the Countdown presets), because ``run_name`` names gamma_min runs
   without a task prefix and a large-preset sweep would re-train the gmpo+rs0.8 run of ``main``.
 - table_countdown lists the base model and EVERY Countdown run of the preset (all families), as the
   issue asks; the paper has no such table (its Countdown results are curves only).
@@ -27,12 +35,236 @@ Choices that are ours, not the paper's (the paper index is in docs/design.md):
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
+from rspo.config import ALGOS, ROUTING_MODES, TASKS, ConfigError, TrainConfig, check_gamma_min
+
+
+def _err(key: str, msg: str) -> ConfigError:
+    return ConfigError(f"{key}: {msg}")
+
+
+# ----------------------------------------------------------------------------- the run grid
+
+
+def run_name(algo: str, router_shift: bool = False, gamma_min: float = 0.8, stop_gradient: bool = True,
+             routing: str = "none", seed: int = 0) -> str:
+    """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`."""
+    parts = [algo]
+    if router_shift:
+        parts.append(f"rs{gamma_min:g}")
+        if not stop_gradient:
+            parts.append("nosg")
+    if routing != "none":
+        parts.append(routing.replace("_", ""))
+    parts.append(f"s{seed}")
+    return "-".join(parts)
+
+
+# Which figure needs which grid family (paper index: docs/design.md).
+FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "fig1_reward": ("plugin",),
+    "fig3_gamma_min": ("gamma_min",),
+    "fig4_plugin": ("plugin",),
+    "fig5_stopgrad": ("stop_gradient",),
+    "fig6_mechanism": ("mechanism",),
+    "fig7_entropy": ("plugin",),
+    "fig8_routing": ("routing",),
+    "fig2_reward_large": ("main",),
+    "table_main": ("main",),
+    "table_countdown": ("plugin",),
+}
+FIGURE_FAMILIES.update({f"{fig}_stress": tuple(f"stress_{f}" for f in fams) for fig, fams in FIGURE_FAMILIES.items()
+                        if not fig.startswith("table") and "main" not in fams})
+
+GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
+
+
+def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Grid families -> {run name: algorithm overrides (+ seed)}.
+
+    Returns {family: {name: {"algorithm": {...}, "seed": s}}}; the same name in several
+    families is the same run (trained once). Families: plugin (algos x router_shift: Figs. 1,
+    4, 6, 7), gamma_min (Fig. 3), stop_gradient (Fig. 5), routing (Fig. 8), and mechanism (the
+    GRPO and RSPO runs of the plugin family, Fig. 6), and main (Table 1 / Fig. 2: for each task
+    in `grid.main.tasks`, the methods in `grid.main.methods` such as "gmpo+rs"; the run config is
+    `rl` overlaid with the preset's `tasks.<task>` mapping, and the run name starts with the task).
+    """
+    grid = preset.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise _err("grid", "expected a mapping")
+    unknown = sorted(set(grid) - GRID_KEYS)
+    if unknown:
+        raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_KEYS)}")
+    seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
+    default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", 0.8))
+
+    def spec(algo: str, seed: int, rs: bool = False, gmin: float = default_gamma, sg: bool = True,
+             routing: str = "none", task: str = "") -> tuple[str, dict[str, Any]]:
+        if algo not in ALGOS:
+            raise _err("grid", f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
+        check_gamma_min(gmin, "grid.gamma_min.values")
+        if routing not in ROUTING_MODES:
+            raise _err("grid.routing.modes", f"unknown routing mode {routing!r}")
+        algo_over = {"algo": algo, "router_shift": rs, "gamma_min": gmin, "stop_gradient": sg, "routing": routing}
+        name = run_name(algo, rs, gmin, sg, routing, seed)
+        if task:
+            return f"{task}-{name}", {"algorithm": algo_over, "seed": seed, "task": task}
+        return name, {"algorithm": algo_over, "seed": seed}
+
+    families: dict[str, dict[str, dict[str, Any]]] = {}
+    if "plugin" in grid:
+        g = grid["plugin"] or {}
+        fam = {}
+        for seed in seeds:
+            for algo in g.get("algos", list(ALGOS)):
+                for rs in g.get("router_shift", [False, True]):
+                    name, ov = spec(algo, seed, rs=bool(rs))
+                    fam[name] = ov
+        families["plugin"] = fam
+        mech = {}
+        for seed in seeds:
+            for algo, rs in (("grpo", False), ("gmpo", True)):
+                name, ov = spec(algo, seed, rs=rs)
+                mech[name] = ov
+        families["mechanism"] = mech
+    if "gamma_min" in grid:
+        g = grid["gamma_min"] or {}
+        families["gamma_min"] = dict(
+            spec(g.get("algo", "gmpo"), seed, rs=True, gmin=float(v))
+            for seed in seeds
+            for v in g.get("values", [0.2, 0.5, 0.8])
+        )
+    if "stop_gradient" in grid:
+        g = grid["stop_gradient"] or {}
+        fam = {}
+        for seed in seeds:
+            for sg in (True, False):
+                name, ov = spec(g.get("algo", "gmpo"), seed, rs=True, sg=sg)
+                fam[name] = ov
+        families["stop_gradient"] = fam
+    if "routing" in grid:
+        g = grid["routing"] or {}
+        fam = {}
+        for seed in seeds:
+            name, ov = spec(g.get("algo", "gmpo"), seed, rs=True)  # RSPO, the reference
+            fam[name] = ov
+            for mode in g.get("modes", ["freeze", "logit_replay", "index_replay"]):
+                name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
+                fam[name] = ov
+        families["routing"] = fam
+    if "stress" in preset:
+        families.update(stress_families(preset, families))
+    if "main" in grid:
+        g = grid["main"] or {}
+        tasks = preset.get("tasks") or {}
+        fam = {}
+        for task in g.get("tasks", []):
+            if task not in TASKS or task not in tasks:
+                raise _err("grid.main.tasks", f"task {task!r} needs a `tasks.{task}` mapping in the preset")
+            for seed in seeds:
+                for method in g.get("methods", ["grpo", "gspo", "gmpo", "gmpo+rs"]):
+                    algo, _, plus = str(method).partition("+")
+                    if plus not in ("", "rs"):
+                        raise _err("grid.main.methods", f"unknown method {method!r}; use <algo> or <algo>+rs")
+                    name, ov = spec(algo, seed, rs=plus == "rs", task=task)
+                    fam[name] = ov
+        families["main"] = fam
+    return families
+
+
+STRESS_PREFIX = "stress-"
+
+
+def stress_families(preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]]
+                    ) -> dict[str, dict[str, dict[str, Any]]]:
+    """The stress regime: the Countdown families named in ``stress.families``, again, with the
+    ``stress.rl`` overlay (e.g. a router learning-rate multiplier) and run names prefixed
+    ``stress-``. Family ``stress_<name>``; the mechanism pair follows the plugin family."""
+    st = preset.get("stress")
+    if not isinstance(st, dict):
+        raise _err("stress", "expected a mapping with `rl` (an overlay of the rl section) and `families`")
+    unknown = sorted(set(st) - {"rl", "families", "note"})
+    if unknown:
+        raise _err(f"stress.{unknown[0]}", "unknown key; valid keys are ['families', 'note', 'rl']")
+    if not isinstance(st.get("rl"), dict) or not st["rl"]:
+        raise _err("stress.rl", "expected a non-empty overlay of the rl section")
+    wanted = list(st.get("families") or [])
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for fam in wanted:
+        if fam not in families or fam == "main":
+            raise _err("stress.families", f"{fam!r} is not a Countdown grid family of this preset "
+                       f"(have: {sorted(f for f in families if f != 'main')})")
+        out[f"stress_{fam}"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families[fam].items()}
+        if fam == "plugin":
+            out["stress_mechanism"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"}
+                                       for name, ov in families["mechanism"].items()}
+    return out
+
+
+def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
+    """Every distinct run of the grid, name -> overrides."""
+    runs: dict[str, dict[str, Any]] = {}
+    for fam in expand_grid(preset, seeds).values():
+        runs.update(fam)
+    return runs
+
+
+def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _deep_update(base[k], v)
+        else:
+            base[k] = v
+
+
+def load_train_config(preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None,
+                      seed: int | None = None) -> TrainConfig:
+    """Resolve one RL run: preset `rl:` + the named grid run's overrides + `key=value` overrides."""
+    preset = rcfg.load_preset(preset_path)
+    rl = json.loads(json.dumps(preset.get("rl") or {}))  # deep copy
+    run_seed = int(preset.get("seeds", [0])[0]) if seed is None else seed
+    name = run or ""
+    if run:
+        runs = all_runs(preset)
+        seed_suffix = run.rsplit("-s", 1)[-1]
+        if run not in runs and seed_suffix.isdigit():  # a seed given with --config seeds=[...]
+            runs = all_runs(preset, seeds=[int(seed_suffix)])
+        if run not in runs:
+            raise _err("run", f"{run!r} is not in the preset's grid; known runs: {sorted(runs)}")
+        ov = runs[run]
+        if "task" in ov:
+            _deep_update(rl, json.loads(json.dumps((preset.get("tasks") or {})[ov["task"]])))
+        if ov.get("regime") == "stress":
+            _deep_update(rl, json.loads(json.dumps(preset["stress"]["rl"])))
+        rl.setdefault("algorithm", {}).update(ov["algorithm"])
+        run_seed = ov["seed"]
+    for text in overrides or []:
+        key, value = rcfg.parse_override(text)
+        if key == "seed":
+            run_seed = int(value)
+            continue
+        rcfg.set_by_path(rl, key.removeprefix("rl."), value)
+    preset_name = str(preset.get("preset", Path(preset_path).stem))
+    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=preset_name, run_name=name)
+    if not name:
+        a = cfg.algorithm
+        cfg = dataclasses.replace(cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient,
+                                                         a.routing, cfg.seed))
+    return cfg
+
+
+
+# ----------------------------------------------------------------------------- targets
+
 
 PAPER_FIGURES: tuple[str, ...] = (
     "fig1_reward",
@@ -90,7 +322,7 @@ _SEED_SUFFIX = re.compile(r"-s(\d+)$")
 
 @dataclass(frozen=True)
 class Run:
-    """One RL run of the grid (its identity is the name; see rspo.config.run_name)."""
+    """One RL run of the grid (its identity is the name; see run_name)."""
 
     name: str
     task: str
@@ -140,7 +372,7 @@ class Plan:
         self.name = str(preset.get("preset", ""))
         self.seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
         self.full = full
-        families = rcfg.expand_grid(preset, self.seeds)
+        families = expand_grid(preset, self.seeds)
         default = preset.get("default_families")
         if default is not None and not full:
             # the default target: the named natural-regime families (the mechanism pair follows
@@ -170,7 +402,7 @@ class Plan:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def from_file(cls, path: str | Path, seeds: list[int] | None = None, full: bool = False) -> "Plan":
+    def from_file(cls, path: str | Path, seeds: list[int] | None = None, full: bool = False) -> Plan:
         return cls(rcfg.load_preset(path), seeds, full)
 
     # ------------------------------------------------------------------ runs
@@ -184,7 +416,7 @@ class Plan:
     @property
     def tasks(self) -> list[str]:
         """Every task that has runs, Countdown first."""
-        seen = sorted({r.task for r in self.runs.values()}, key=lambda t: rcfg.TASKS.index(t))
+        seen = sorted({r.task for r in self.runs.values()}, key=lambda t: TASKS.index(t))
         return seen
 
     @property
@@ -224,9 +456,9 @@ class Plan:
         return names
 
     def _family_runs(self, figure: str) -> list[str]:
-        """The runs of the planned grid families a figure draws (rspo.config.FIGURE_FAMILIES)."""
+        """The runs of the planned grid families a figure draws (FIGURE_FAMILIES)."""
         names: list[str] = []
-        for fam in rcfg.FIGURE_FAMILIES.get(figure, ()):
+        for fam in FIGURE_FAMILIES.get(figure, ()):
             names += [n for n in self.families.get(fam, {}) if n not in names]
         return names
 
@@ -260,7 +492,7 @@ class Plan:
     def hub_model(self, task: str) -> str:
         """The hub id (or absolute folder) a task's runs start from; '' if pretrained here.
 
-        Main-family runs are `rl` overlaid with `tasks.<task>` (rspo.config.load_train_config)."""
+        Main-family runs are `rl` overlaid with `tasks.<task>` (load_train_config)."""
         overlay = ((self.preset.get("tasks") or {}).get(task) or {}) if task in self.main_tasks else {}
         path = ((overlay.get("model") or {}).get("path")
                 or ((self.preset.get("rl") or {}).get("model") or {}).get("path") or "")
@@ -302,10 +534,10 @@ class Plan:
         The schema checks keys, types and ranges; this adds the cross-field checks of the
         dataclasses (mini-batch divides the batch, ...) and that every batch splits over the
         train jobs' data-parallel processes (resources.train.processes), before any job starts."""
-        own = rcfg.all_runs(self.preset)
+        own = all_runs(self.preset)
         processes = int(self.resources("train")["processes"])
         for name in own:
-            rcfg.check_world_size(rcfg.load_train_config(preset_path, name), processes)
+            rcfg.check_world_size(load_train_config(preset_path, name), processes)
 
 
 # ---------------------------------------------------------------------------- schema validation
@@ -339,5 +571,5 @@ def validate_preset(preset: dict[str, Any], schema_path: str | Path, where: str 
         allowed = sorted(err.schema.get("properties") or {})
         unknown = sorted(set(err.instance) - set(allowed))
         key = _key_path(path + unknown[:1])
-        raise rcfg.ConfigError(f"{where}: {key}: unknown key; valid keys are {allowed}")
-    raise rcfg.ConfigError(f"{where}: {_key_path(path) or '(top level)'}: {err.message}")
+        raise ConfigError(f"{where}: {key}: unknown key; valid keys are {allowed}")
+    raise ConfigError(f"{where}: {_key_path(path) or '(top level)'}: {err.message}")

@@ -1,0 +1,69 @@
+"""The README's Layout section matches the tree: every path it names exists, every top-level folder
+of the repository and every module and subpackage of rspo/ has its line, and the library's lines
+follow the floors of tests/test_layers.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def layout_rows() -> list[tuple[list[str], str]]:
+    """(paths of the first column, the row's whole text) for every row of the Layout table."""
+    m = re.search(r"^## Layout\n(.*?)(?=^## )", README, flags=re.S | re.M)
+    assert m, "README.md has no '## Layout' section"
+    rows = []
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 2 or set(cells[0]) <= {"-"} or cells[0] == "path":
+            continue
+        rows.append((re.findall(r"`([^`]+)`", cells[0]), line))
+    assert rows, "the Layout section has no table rows"
+    return rows
+
+
+ROWS = layout_rows()
+NAMED = [p for paths, _ in ROWS for p in paths] + [
+    p for _, line in ROWS for p in re.findall(r"`([^`<> ]+/[^`<> ]*)`", line.split("|", 2)[2])
+]
+
+
+@pytest.mark.parametrize("path", sorted(set(NAMED)))
+def test_every_path_named_in_the_layout_exists(path):
+    assert (ROOT / path).exists(), f"README.md Layout names {path}, which does not exist"
+
+
+def test_every_top_level_folder_has_a_line():
+    try:
+        tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, text=True, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the tracked top-level folders are unknown")
+    folders = {line.split("/", 1)[0] for line in tracked.splitlines() if "/" in line}
+    first_column = {p.rstrip("/") for paths, _ in ROWS for p in paths}
+    missing = sorted(f for f in folders if f not in first_column)
+    assert not missing, f"top-level folders without a line in README.md's Layout: {missing}"
+
+
+def test_every_part_of_the_library_has_a_line():
+    named = {p.rstrip("/") for paths, _ in ROWS for p in paths}
+    parts = [p for p in sorted((ROOT / "rspo").iterdir()) if p.name != "__pycache__" and p.name != "__init__.py"]
+    parts = [p for p in parts if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").is_file())]
+    missing = [str(p.relative_to(ROOT)) for p in parts if str(p.relative_to(ROOT)) not in named]
+    assert not missing, f"parts of rspo/ without a line in README.md's Layout: {missing}"
+
+
+def test_library_lines_follow_the_floors():
+    from test_layers import floor
+
+    def module(path: str) -> str:
+        return path.removesuffix(".py").rstrip("/").replace("/", ".")
+
+    floors = [max(floor(module(p)) for p in paths) for paths, _ in ROWS if paths and paths[0].startswith("rspo/")]
+    lows = [min(floor(module(p)) for p in paths) for paths, _ in ROWS if paths and paths[0].startswith("rspo/")]
+    assert all(hi <= lo for hi, lo in zip(floors, lows[1:])), "the rspo/ lines of the Layout are not in floor order"
