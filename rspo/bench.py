@@ -65,8 +65,17 @@ def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, 
     return preset, name, data_dir, model_dir, source
 
 
-def run_bench(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 8,
-              threads: int = 2, out: str | None = None, data_parallel: int = 0, quiet: bool = False) -> dict[str, Any]:
+def run_bench(
+    preset_path: str,
+    *,
+    model: str | None = None,
+    data: str | None = None,
+    steps: int = 8,
+    threads: int = 2,
+    out: str | None = None,
+    data_parallel: int = 0,
+    quiet: bool = False,
+) -> dict[str, Any]:
     from rspo.models import set_threads
     from rspo.plan import load_train_config
     from rspo.progress import Progress
@@ -78,9 +87,13 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
         preset, name, data_dir, model_dir, source = _prepare(preset_path, model, data, work, threads)
         trainers = {}
         for label, ov in CONFIGS.items():
-            overrides = [f"model.path={json.dumps(str(model_dir))}",
-                         f"data.train_path={json.dumps(str(data_dir / 'train.jsonl'))}",
-                         "data.val_paths={}", f"model.threads={threads}", "schedule.ckpt_every=0"]
+            overrides = [
+                f"model.path={json.dumps(str(model_dir))}",
+                f"data.train_path={json.dumps(str(data_dir / 'train.jsonl'))}",
+                "data.val_paths={}",
+                f"model.threads={threads}",
+                "schedule.ckpt_every=0",
+            ]
             for sec, kv in ov.items():
                 for k, v in kv.items():
                     overrides.append(f"{sec}.{k}={json.dumps(v)}")
@@ -100,8 +113,9 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
         progress.close()
         dp_result, dp_lines = None, []
         if data_parallel > 1:
-            dp_result, dp_lines = run_dp_bench(preset_path, model_dir, data_dir, work, nproc=data_parallel,
-                                               steps=steps, threads=threads)
+            dp_result, dp_lines = run_dp_bench(
+                preset_path, model_dir, data_dir, work, nproc=data_parallel, steps=steps, threads=threads
+            )
     med = {label: {k: statistics.median(s[k] for s in rows) for k in rows[0]} for label, rows in samples.items()}
     cfg = trainers["gmpo+rs"].cfg
     spec = trainers["gmpo+rs"].spec
@@ -119,13 +133,13 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
         "rs_throughput_ratio": med["gmpo+rs"]["perf/tokens_per_s"] / base_tps,
         # one ratio per round of the alternation (the same machine state for both): the claims
         # table's confidence interval of the throughput claim is over these
-        "rs_throughput_ratio_per_step": [a["perf/tokens_per_s"] / b["perf/tokens_per_s"]
-                                         for a, b in zip(samples["gmpo+rs"], samples["gmpo"])],
+        "rs_throughput_ratio_per_step": [
+            a["perf/tokens_per_s"] / b["perf/tokens_per_s"] for a, b in zip(samples["gmpo+rs"], samples["gmpo"])
+        ],
         "diag_throughput_ratio": med["gmpo+diag"]["perf/tokens_per_s"] / base_tps,
         "router_cache_bytes_per_token_layer_k": med["gmpo+rs"]["router/cache_bytes_per_entry"],
         "router_cache_bytes_per_step": med["gmpo+rs"]["router/cache_bytes"],
-        "rollout_tokens_per_s": statistics.median(
-            [med[k]["perf/rollout_tokens_per_s"] for k in CONFIGS]),
+        "rollout_tokens_per_s": statistics.median([med[k]["perf/rollout_tokens_per_s"] for k in CONFIGS]),
         "update_tokens_per_s": {k: med[k]["perf/tokens_per_s"] for k in CONFIGS},
         "phase_seconds": {k: {p.split("/")[1]: med[k][p] for p in PHASES} for k in CONFIGS},
     }
@@ -136,10 +150,15 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
     ]
     for k in CONFIGS:
         row = med[k]
-        lines.append(f"{k:<11}" + "".join(f"{row[p]:>12.3f}" for p in PHASES)
-                     + f"{row['perf/tokens_per_s']:>12.0f}{row['perf/tokens_per_s'] / base_tps:>8.3f}")
-    lines.append(f"router cache: {result['router_cache_bytes_per_token_layer_k']:.2f} bytes per (token, layer, k) "
-                 f"(paper's implementation: 4), {result['router_cache_bytes_per_step'] / 1024:.1f} KiB per step")
+        lines.append(
+            f"{k:<11}"
+            + "".join(f"{row[p]:>12.3f}" for p in PHASES)
+            + f"{row['perf/tokens_per_s']:>12.0f}{row['perf/tokens_per_s'] / base_tps:>8.3f}"
+        )
+    lines.append(
+        f"router cache: {result['router_cache_bytes_per_token_layer_k']:.2f} bytes per (token, layer, k) "
+        f"(paper's implementation: 4), {result['router_cache_bytes_per_step'] / 1024:.1f} KiB per step"
+    )
     lines.append(f"rollout (hf): {result['rollout_tokens_per_s']:.0f} tokens/s")
     if dp_result is not None:
         result["data_parallel"] = dp_result
@@ -152,31 +171,54 @@ def run_bench(preset_path: str, *, model: str | None = None, data: str | None = 
     return result
 
 
-def run_dp_bench(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *, nproc: int, steps: int,
-                 threads: int) -> tuple[dict[str, Any], list[str]]:
+def run_dp_bench(
+    preset_path: str, model_dir: Path, data_dir: Path, work: Path, *, nproc: int, steps: int, threads: int
+) -> tuple[dict[str, Any], list[str]]:
     """RSPO steps through the real CLI: 1 process x threads vs nproc torchrun processes."""
     import os
     import subprocess
     import sys
 
-    sets = {"algorithm.algo": "gmpo", "algorithm.router_shift": "true", "schedule.total_steps": str(steps + 1),
-            "schedule.val_every": "0", "schedule.ckpt_every": "0", "data.val_paths": "{}"}
+    sets = {
+        "algorithm.algo": "gmpo",
+        "algorithm.router_shift": "true",
+        "schedule.total_steps": str(steps + 1),
+        "schedule.val_every": "0",
+        "schedule.ckpt_every": "0",
+        "data.val_paths": "{}",
+    }
     rows: dict[str, dict[str, float]] = {}
     curves: dict[str, list[dict[str, float]]] = {}
     for n in (1, nproc):
         label = f"{n} x {max(1, threads // n)} threads"
         out = work / f"dp{n}"
-        cmd = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
-                                  if n > 1 else []) + [
-            "-m", "rspo", "train", "--preset", preset_path, "--base-model", str(model_dir),
-            "--train-data", str(data_dir / "train.jsonl"), "--out", str(out), "--threads", str(threads),
-            "--no-mlflow"]
+        cmd = (
+            [sys.executable]
+            + (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)] if n > 1 else [])
+            + [
+                "-m",
+                "rspo",
+                "train",
+                "--preset",
+                preset_path,
+                "--base-model",
+                str(model_dir),
+                "--train-data",
+                str(data_dir / "train.jsonl"),
+                "--out",
+                str(out),
+                "--threads",
+                str(threads),
+                "--no-mlflow",
+            ]
+        )
         for k, v in sets.items():
             cmd += ["--set", f"{k}={v}"]
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, env=dict(env, OMP_NUM_THREADS=str(max(1, threads // n))), capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            cmd, env=dict(env, OMP_NUM_THREADS=str(max(1, threads // n))), capture_output=True, text=True
+        )
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RuntimeError(f"data-parallel bench ({label}) failed:\n{proc.stderr[-3000:]}")
@@ -187,34 +229,59 @@ def run_dp_bench(preset_path: str, model_dir: Path, data_dir: Path, work: Path, 
         rows[label]["perf/tokens_per_s"] = statistics.median(m["perf/tokens_per_s"] for m in timed)
         rows[label]["wall_s"] = wall
     one, many = curves.values()
-    diff = {k: max(abs(a[k] - b[k]) for a, b in zip(one, many))
-            for k in ("critic/score/mean", "actor/pg_loss", "router/shift_ratio_mean")}
+    diff = {
+        k: max(abs(a[k] - b[k]) for a, b in zip(one, many))
+        for k in ("critic/score/mean", "actor/pg_loss", "router/shift_ratio_mean")
+    }
     labels = list(rows)
-    result = {"processes": nproc, "steps_measured": steps, "rows": rows, "max_abs_diff": diff,
-              "step_speedup": rows[labels[0]]["perf/step_s"] / rows[labels[1]]["perf/step_s"]}
-    lines = [f"data parallel (rspo train, RSPO, median of {steps} steps after 1 warm-up; gloo on CPU)",
-             f"{'launch':<20}" + "".join(f"{p.split('/')[1]:>12}" for p in PHASES) + f"{'upd tok/s':>12}{'wall s':>9}"]
+    result = {
+        "processes": nproc,
+        "steps_measured": steps,
+        "rows": rows,
+        "max_abs_diff": diff,
+        "step_speedup": rows[labels[0]]["perf/step_s"] / rows[labels[1]]["perf/step_s"],
+    }
+    lines = [
+        f"data parallel (rspo train, RSPO, median of {steps} steps after 1 warm-up; gloo on CPU)",
+        f"{'launch':<20}" + "".join(f"{p.split('/')[1]:>12}" for p in PHASES) + f"{'upd tok/s':>12}{'wall s':>9}",
+    ]
     for label, row in rows.items():
-        lines.append(f"{label:<20}" + "".join(f"{row[p]:>12.3f}" for p in PHASES)
-                     + f"{row['perf/tokens_per_s']:>12.0f}{row['wall_s']:>9.1f}")
-    lines.append("max |1 process - N processes| per step: "
-                 + ", ".join(f"{k} {v:.2g}" for k, v in diff.items()))
+        lines.append(
+            f"{label:<20}"
+            + "".join(f"{row[p]:>12.3f}" for p in PHASES)
+            + f"{row['perf/tokens_per_s']:>12.0f}{row['wall_s']:>9.1f}"
+        )
+    lines.append("max |1 process - N processes| per step: " + ", ".join(f"{k} {v:.2g}" for k, v in diff.items()))
     return result, lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rspo bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="rspo bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--preset", default="configs/small.yaml")
     ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
     ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
     ap.add_argument("--steps", type=int, default=8, help="measured steps per configuration (after 1 warm-up)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the JSON here")
-    ap.add_argument("--data-parallel", type=int, default=0, metavar="N",
-                    help="also compare 1 process with N torchrun processes (0: skip)")
+    ap.add_argument(
+        "--data-parallel",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also compare 1 process with N torchrun processes (0: skip)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
-    run_bench(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads, out=args.out,
-              data_parallel=args.data_parallel, quiet=args.quiet)
+    run_bench(
+        args.preset,
+        model=args.model,
+        data=args.data,
+        steps=args.steps,
+        threads=args.threads,
+        out=args.out,
+        data_parallel=args.data_parallel,
+        quiet=args.quiet,
+    )
     return 0

@@ -125,9 +125,12 @@ class RolloutConfig:
         if self.temperature <= 0:
             raise _err(f"{prefix}.temperature", f"must be > 0 for sampling, got {self.temperature}")
         if self.top_p != 1.0:
-            raise _err(f"{prefix}.top_p", f"must be 1.0 for RL training, got {self.top_p}: the old pass and the "
-                       "updates score the full temperature-scaled distribution, so a top-p sampler would make "
-                       "every importance ratio compare another distribution than the one sampled")
+            raise _err(
+                f"{prefix}.top_p",
+                f"must be 1.0 for RL training, got {self.top_p}: the old pass and the "
+                "updates score the full temperature-scaled distribution, so a top-p sampler would make "
+                "every importance ratio compare another distribution than the one sampled",
+            )
         if self.max_new_tokens < 1:
             raise _err(f"{prefix}.max_new_tokens", "must be >= 1")
         if self.val_temperature < 0:
@@ -161,8 +164,9 @@ class AlgorithmConfig:
             raise _err(f"{prefix}.algo", f"unknown algorithm {self.algo!r}; choose one of {list(ALGOS)}")
         check_gamma_min(self.gamma_min, f"{prefix}.gamma_min")
         if self.routing not in ROUTING_MODES:
-            raise _err(f"{prefix}.routing",
-                       f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}")
+            raise _err(
+                f"{prefix}.routing", f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}"
+            )
         for name in ("clip_low", "clip_high"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -436,10 +440,14 @@ def check_world_size(cfg: TrainConfig, world_size: int) -> None:
     """The step's prompts and every mini-batch's rows must split evenly over the ranks."""
     sc, G = cfg.schedule, cfg.rollout.group_size
     if sc.prompts_per_step % world_size:
-        raise ConfigError(f"rl.schedule.prompts_per_step: {sc.prompts_per_step} prompts cannot be split over "
-                          f"{world_size} data-parallel processes (resources.train.processes or torchrun); "
-                          f"use a multiple of the world size")
+        raise ConfigError(
+            f"rl.schedule.prompts_per_step: {sc.prompts_per_step} prompts cannot be split over "
+            f"{world_size} data-parallel processes (resources.train.processes or torchrun); "
+            f"use a multiple of the world size"
+        )
     rows = sc.mini_batch_prompts * G
     if rows % world_size:
-        raise ConfigError(f"rl.schedule.mini_batch_prompts: a mini-batch of {sc.mini_batch_prompts} prompts x {G} "
-                          f"responses = {rows} rows cannot be split over {world_size} processes")
+        raise ConfigError(
+            f"rl.schedule.mini_batch_prompts: a mini-batch of {sc.mini_batch_prompts} prompts x {G} "
+            f"responses = {rows} rows cannot be split over {world_size} processes"
+        )

@@ -119,8 +119,10 @@ def init_distributed(device: torch.device) -> Dist:
             torch.cuda.set_device(d.local_rank)
         tdist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if tdist.get_world_size() != d.world_size or tdist.get_rank() != d.rank:
-        raise RuntimeError(f"process group (rank {tdist.get_rank()} of {tdist.get_world_size()}) disagrees "
-                           f"with the environment (RANK={d.rank}, WORLD_SIZE={d.world_size})")
+        raise RuntimeError(
+            f"process group (rank {tdist.get_rank()} of {tdist.get_world_size()}) disagrees "
+            f"with the environment (RANK={d.rank}, WORLD_SIZE={d.world_size})"
+        )
     return d
 
 
@@ -161,8 +163,9 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def full_state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
-                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+def full_state_dicts(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """Unsharded model (and optimizer) state on CPU, keyed by parameter name (collective).
 
     The same format for a single process and for FSDP2, so a checkpoint written with any world
@@ -180,9 +183,12 @@ def full_state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
     return msd, osd
 
 
-def load_full_state_dicts(model: torch.nn.Module, model_sd: dict[str, torch.Tensor],
-                          optimizer: torch.optim.Optimizer | None = None,
-                          optim_sd: dict[str, Any] | None = None) -> None:
+def load_full_state_dicts(
+    model: torch.nn.Module,
+    model_sd: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer | None = None,
+    optim_sd: dict[str, Any] | None = None,
+) -> None:
     """Inverse of ``full_state_dicts``: every rank passes the full dicts and keeps its shard."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,

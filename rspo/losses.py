@@ -161,9 +161,7 @@ def gmpo_loss(log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, cli
 def _check_finite(name: str, x: Tensor, mask: Tensor) -> None:
     bad = ~torch.isfinite(x) & mask
     if bool(bad.any()):
-        raise NonFiniteLogProbError(
-            f"{name} has {int(bad.sum())} non-finite value(s) (NaN or inf) on response tokens"
-        )
+        raise NonFiniteLogProbError(f"{name} has {int(bad.sum())} non-finite value(s) (NaN or inf) on response tokens")
 
 
 def compute_policy_loss(
@@ -270,7 +268,7 @@ def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Ten
     if not bool(torch.isfinite(rewards).all()):
         raise ValueError("rewards: contains NaN or inf")
     r = rewards.to(torch.float32).view(-1, group_size)  # (B/G, G)
-    constant = (r.max(dim=1, keepdim=True).values == r.min(dim=1, keepdim=True).values)  # (B/G, 1)
+    constant = r.max(dim=1, keepdim=True).values == r.min(dim=1, keepdim=True).values  # (B/G, 1)
     if group_size == 1:
         return torch.zeros_like(rewards, dtype=torch.float32)
     mean = r.mean(dim=1, keepdim=True)

@@ -25,9 +25,22 @@ import torch.nn.functional as F
 
 ARCHS = ("qwen2_moe", "qwen3_moe")
 ARCH_KEYS = {
-    "arch", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-    "moe_intermediate_size", "num_experts", "top_k", "norm_topk_prob", "shared_expert_intermediate_size",
-    "max_position_embeddings", "router_aux_loss_coef", "rope_theta", "tie_word_embeddings", "head_dim",
+    "arch",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_experts",
+    "top_k",
+    "norm_topk_prob",
+    "shared_expert_intermediate_size",
+    "max_position_embeddings",
+    "router_aux_loss_coef",
+    "rope_theta",
+    "tie_word_embeddings",
+    "head_dim",
 }
 META_FILE = "rspo_meta.json"
 
@@ -219,8 +232,9 @@ def response_logprobs(
     return logp, entropy
 
 
-def load_balancing_loss(router_logits: list[torch.Tensor], top_k: int,
-                        mask: torch.Tensor | None = None) -> torch.Tensor:
+def load_balancing_loss(
+    router_logits: list[torch.Tensor], top_k: int, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Switch-Transformer load-balancing loss over all MoE layers, pad tokens excluded.
 
     Same formula as transformers' ``load_balancing_loss_func`` (E * sum_e f_e * P_e with f_e the

@@ -53,8 +53,14 @@ def _err(key: str, msg: str) -> ConfigError:
 # ----------------------------------------------------------------------------- the run grid
 
 
-def run_name(algo: str, router_shift: bool = False, gamma_min: float = 0.8, stop_gradient: bool = True,
-             routing: str = "none", seed: int = 0) -> str:
+def run_name(
+    algo: str,
+    router_shift: bool = False,
+    gamma_min: float = 0.8,
+    stop_gradient: bool = True,
+    routing: str = "none",
+    seed: int = 0,
+) -> str:
     """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`."""
     parts = [algo]
     if router_shift:
@@ -80,8 +86,13 @@ FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
     "table_main": ("main",),
     "table_countdown": ("plugin",),
 }
-FIGURE_FAMILIES.update({f"{fig}_stress": tuple(f"stress_{f}" for f in fams) for fig, fams in FIGURE_FAMILIES.items()
-                        if not fig.startswith("table") and "main" not in fams})
+FIGURE_FAMILIES.update(
+    {
+        f"{fig}_stress": tuple(f"stress_{f}" for f in fams)
+        for fig, fams in FIGURE_FAMILIES.items()
+        if not fig.startswith("table") and "main" not in fams
+    }
+)
 
 GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
 
@@ -107,8 +118,15 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
         raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
     default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", 0.8))
 
-    def spec(algo: str, seed: int, rs: bool = False, gmin: float = default_gamma, sg: bool = True,
-             routing: str = "none", task: str = "") -> tuple[str, dict[str, Any]]:
+    def spec(
+        algo: str,
+        seed: int,
+        rs: bool = False,
+        gmin: float = default_gamma,
+        sg: bool = True,
+        routing: str = "none",
+        task: str = "",
+    ) -> tuple[str, dict[str, Any]]:
         if algo not in ALGOS:
             raise _err("grid", f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
         check_gamma_min(gmin, "grid.gamma_min.values")
@@ -184,8 +202,9 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
 STRESS_PREFIX = "stress-"
 
 
-def stress_families(preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]]
-                    ) -> dict[str, dict[str, dict[str, Any]]]:
+def stress_families(
+    preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """The stress regime: the Countdown families named in ``stress.families``, again, with the
     ``stress.rl`` overlay (e.g. a router learning-rate multiplier) and run names prefixed
     ``stress-``. Family ``stress_<name>``; the mechanism pair follows the plugin family."""
@@ -201,12 +220,16 @@ def stress_families(preset: dict[str, Any], families: dict[str, dict[str, dict[s
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for fam in wanted:
         if fam not in families or fam == "main":
-            raise _err("stress.families", f"{fam!r} is not a Countdown grid family of this preset "
-                       f"(have: {sorted(f for f in families if f != 'main')})")
+            raise _err(
+                "stress.families",
+                f"{fam!r} is not a Countdown grid family of this preset "
+                f"(have: {sorted(f for f in families if f != 'main')})",
+            )
         out[f"stress_{fam}"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families[fam].items()}
         if fam == "plugin":
-            out["stress_mechanism"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"}
-                                       for name, ov in families["mechanism"].items()}
+            out["stress_mechanism"] = {
+                STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families["mechanism"].items()
+            }
     return out
 
 
@@ -226,8 +249,9 @@ def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
             base[k] = v
 
 
-def load_train_config(preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None,
-                      seed: int | None = None) -> TrainConfig:
+def load_train_config(
+    preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None, seed: int | None = None
+) -> TrainConfig:
     """Resolve one RL run: preset `rl:` + the named grid run's overrides + `key=value` overrides."""
     preset = rcfg.load_preset(preset_path)
     rl = json.loads(json.dumps(preset.get("rl") or {}))  # deep copy
@@ -257,10 +281,10 @@ def load_train_config(preset_path: str | Path, run: str | None = None, overrides
     cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=preset_name, run_name=name)
     if not name:
         a = cfg.algorithm
-        cfg = dataclasses.replace(cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient,
-                                                         a.routing, cfg.seed))
+        cfg = dataclasses.replace(
+            cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient, a.routing, cfg.seed)
+        )
     return cfg
-
 
 
 # ----------------------------------------------------------------------------- targets
@@ -303,6 +327,7 @@ NEEDS.update({f: "a `stress` section whose families include the figure's family"
 def paper_figure(figure: str) -> str:
     """The paper figure a target draws (fig4_plugin_stress -> fig4_plugin)."""
     return figure.removesuffix("_stress")
+
 
 # Job resources per rule kind; a preset's `resources.<kind>` mapping overrides any of these keys.
 # threads None -> the preset's top-level `threads` (torch threads of a job).
@@ -447,8 +472,11 @@ class Plan:
                 return []
             first = [n for n in self.family("main") if self.runs[n].task == self.main_tasks[0]]
             if figure == "fig6_mechanism":
-                return [n for n in first if (self.runs[n].algo, self.runs[n].router_shift) in
-                        (("grpo", False), ("gmpo", True))]
+                return [
+                    n
+                    for n in first
+                    if (self.runs[n].algo, self.runs[n].router_shift) in (("grpo", False), ("gmpo", True))
+                ]
             return paper_four(first)
         names = self._family_runs(figure)
         if figure in ("fig1_reward", "fig7_entropy"):
@@ -494,8 +522,11 @@ class Plan:
 
         Main-family runs are `rl` overlaid with `tasks.<task>` (load_train_config)."""
         overlay = ((self.preset.get("tasks") or {}).get(task) or {}) if task in self.main_tasks else {}
-        path = ((overlay.get("model") or {}).get("path")
-                or ((self.preset.get("rl") or {}).get("model") or {}).get("path") or "")
+        path = (
+            (overlay.get("model") or {}).get("path")
+            or ((self.preset.get("rl") or {}).get("model") or {}).get("path")
+            or ""
+        )
         return str(path)
 
     def base_dir(self, task: str) -> str:
@@ -512,8 +543,9 @@ class Plan:
     def uses_gpu(self) -> bool:
         rl = self.preset.get("rl") or {}
         backends = {((rl.get("rollout") or {}).get("backend", "hf"))}
-        backends |= {((t or {}).get("rollout") or {}).get("backend", "hf")
-                     for t in (self.preset.get("tasks") or {}).values()}
+        backends |= {
+            ((t or {}).get("rollout") or {}).get("backend", "hf") for t in (self.preset.get("tasks") or {}).values()
+        }
         gpus = any(self.resources(k)["gpu"] for k in RULE_KINDS)
         return "vllm" in backends or gpus
 

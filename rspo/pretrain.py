@@ -40,8 +40,22 @@ import torch
 import torch.nn.functional as F
 
 PRETRAIN_KEYS = {
-    "model", "text_model", "format", "examples", "batch_size", "lr", "min_lr_ratio", "warmup_steps", "weight_decay",
-    "router_aux_loss_coef", "eval_every", "eval_size", "ckpt_every", "seed", "max_new_tokens", "vocab_size",
+    "model",
+    "text_model",
+    "format",
+    "examples",
+    "batch_size",
+    "lr",
+    "min_lr_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "router_aux_loss_coef",
+    "eval_every",
+    "eval_size",
+    "ckpt_every",
+    "seed",
+    "max_new_tokens",
+    "vocab_size",
 }
 
 
@@ -139,15 +153,20 @@ def heldout_accuracy(model, tok, task: str, records: list[dict], fmt: str, max_n
     from rspo.rollout.hf import HFBackend
     from rspo.tasks import generate_and_score, get_task, reason_counts
 
-    scored = generate_and_score(HFBackend(model, tok), get_task(task, fmt), records, temperature=0.0,
-                                max_new_tokens=max_new_tokens)
-    return {"accuracy": sum(s for s, _ in scored) / max(1, len(scored)), "n": len(scored),
-            "reasons": reason_counts(scored)}
+    scored = generate_and_score(
+        HFBackend(model, tok), get_task(task, fmt), records, temperature=0.0, max_new_tokens=max_new_tokens
+    )
+    return {
+        "accuracy": sum(s for s, _ in scored) / max(1, len(scored)),
+        "n": len(scored),
+        "reasons": reason_counts(scored),
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rspo pretrain", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="rspo pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--preset", required=True)
     ap.add_argument("--task", default="countdown", choices=["countdown", "math", "code"])
     ap.add_argument("--data", required=True, help="countdown: the generated folder; math/code: train.jsonl")
@@ -236,7 +255,8 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     total_steps = max(1, p["examples"] // bs)
     opt = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=p["weight_decay"], betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, total_steps, p["warmup_steps"], p["min_lr_ratio"]))
+        opt, lambda s: lr_factor(s, total_steps, p["warmup_steps"], p["min_lr_ratio"])
+    )
     step = 0
     run_id = None
     metrics_path = work / "metrics.jsonl"
@@ -266,9 +286,15 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     if not args.no_mlflow:
         name = str(preset.get("preset", "preset"))
         experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
-        tracker = Tracker(default_tracking_uri(name), experiment, f"pretrain-{args.task}", run_id=run_id,
-                          params={f"pretrain/{k}": json.dumps(v) for k, v in p.items()},
-                          tags={"kind": "pretrain", "task": args.task, "preset": name}, source="rspo pretrain")
+        tracker = Tracker(
+            default_tracking_uri(name),
+            experiment,
+            f"pretrain-{args.task}",
+            run_id=run_id,
+            params={f"pretrain/{k}": json.dumps(v) for k, v in p.items()},
+            tags={"kind": "pretrain", "task": args.task, "preset": name},
+            source="rspo pretrain",
+        )
         if args.task == "countdown":
             files = [(Path(args.data) / "train.jsonl", "training"), (Path(args.data) / "val.jsonl", "validation")]
         else:  # the held-out records are a seeded sample of the same file
@@ -288,16 +314,25 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_model(model, str(tmp / "model.safetensors"))
-        torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                    "rng": torch.get_rng_state(), "mlflow_run_id": tracker.run_id if tracker else None,
-                    "tokenizer_fingerprint": fp}, tmp / "state.pt")
+        torch.save(
+            {
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "step": step,
+                "rng": torch.get_rng_state(),
+                "mlflow_run_id": tracker.run_id if tracker else None,
+                "tokenizer_fingerprint": fp,
+            },
+            tmp / "state.pt",
+        )
         shutil.rmtree(ckpt, ignore_errors=True)
         tmp.rename(ckpt)
 
     spec = router_spec(model)
     model.train()
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else torch.autocast("cpu", enabled=False))
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    )
     epoch_perm: dict[int, list[int]] = {}
     t_loop = time.time()
     last_logged = step
@@ -333,9 +368,16 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
         step += 1
         loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
         if step % 50 == 0 or step == total_steps or step == 1:
-            log({"pretrain/loss": loss.item(), "pretrain/loss_ema": loss_ema, "pretrain/grad_norm": float(gn),
-                 "pretrain/lr": sched.get_last_lr()[0],
-                 "pretrain/examples_per_s": (step - last_logged) * bs / max(1e-9, time.time() - t_loop)}, step)
+            log(
+                {
+                    "pretrain/loss": loss.item(),
+                    "pretrain/loss_ema": loss_ema,
+                    "pretrain/grad_norm": float(gn),
+                    "pretrain/lr": sched.get_last_lr()[0],
+                    "pretrain/examples_per_s": (step - last_logged) * bs / max(1e-9, time.time() - t_loop),
+                },
+                step,
+            )
             t_loop, last_logged = time.time(), step
         shown = {"loss": loss.item(), "loss_ema": loss_ema, "lr": sched.get_last_lr()[0], "acc": None}
         if p["eval_every"] and step % p["eval_every"] == 0 and step < total_steps:
@@ -359,11 +401,20 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     progress.update(step, {**progress.metrics, "acc": acc["accuracy"]}, force=True)
     progress.close()
     wall = time.time() - t_start
-    summary = {"task": args.task, "steps": step, "examples": step * bs, "final_loss_ema": loss_ema,
-               "heldout": acc, "wall_time_s": wall, "tokenizer_fingerprint": fp,
-               "params_total": sum(q.numel() for q in model.parameters()), "format": fmt}
-    save_checkpoint(model, tok, out, meta={"tokenizer_fingerprint": fp, "task": args.task, "format": fmt,
-                                           "pretrain": p})
+    summary = {
+        "task": args.task,
+        "steps": step,
+        "examples": step * bs,
+        "final_loss_ema": loss_ema,
+        "heldout": acc,
+        "wall_time_s": wall,
+        "tokenizer_fingerprint": fp,
+        "params_total": sum(q.numel() for q in model.parameters()),
+        "format": fmt,
+    }
+    save_checkpoint(
+        model, tok, out, meta={"tokenizer_fingerprint": fp, "task": args.task, "format": fmt, "pretrain": p}
+    )
     if tracker:
         tracker.log_metrics({"pretrain/wall_time_s": wall}, step)
         tracker.end("FINISHED")

@@ -41,8 +41,7 @@ from typing import Any, TextIO
 
 _now = time.monotonic  # the clock (a test replaces it)
 
-__all__ = ["Progress", "format_line", "format_value", "parse_line", "format_seconds",
-           "train_progress_metrics"]
+__all__ = ["Progress", "format_line", "format_value", "parse_line", "format_seconds", "train_progress_metrics"]
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -79,8 +78,9 @@ def _token(s: str) -> str:
     return s or "-"
 
 
-def format_line(label: str, unit: str, n: int, total: int | None, elapsed: float, eta: float | None,
-                metrics: Mapping[str, Any]) -> str:
+def format_line(
+    label: str, unit: str, n: int, total: int | None, elapsed: float, eta: float | None, metrics: Mapping[str, Any]
+) -> str:
     head = f"[{label.replace(']', ')')}] {_token(unit)} {n}"
     if total:
         head += f"/{total} ({int(100 * min(n, total) / total)}%)"
@@ -90,7 +90,8 @@ def format_line(label: str, unit: str, n: int, total: int | None, elapsed: float
 
 _LINE = re.compile(
     r"^\[(?P<label>[^\]]*)\] (?P<unit>\S+) (?P<n>\d+)(?:/(?P<total>\d+) \((?P<pct>\d+)%\))?"
-    r" elapsed (?P<elapsed>\d+:\d\d:\d\d) eta (?P<eta>-|\d+:\d\d:\d\d)(?P<rest>(?: \S+ \S+)*)$")
+    r" elapsed (?P<elapsed>\d+:\d\d:\d\d) eta (?P<eta>-|\d+:\d\d:\d\d)(?P<rest>(?: \S+ \S+)*)$"
+)
 
 
 def _seconds(text: str) -> float | None:
@@ -117,10 +118,13 @@ def parse_line(line: str) -> dict[str, Any] | None:
         return None
     toks = m["rest"].split()
     return {
-        "label": m["label"], "unit": m["unit"], "step": int(m["n"]),
+        "label": m["label"],
+        "unit": m["unit"],
+        "step": int(m["n"]),
         "total": int(m["total"]) if m["total"] else None,
         "percent": int(m["pct"]) if m["pct"] else None,
-        "elapsed_s": _seconds(m["elapsed"]), "eta_s": _seconds(m["eta"]),
+        "elapsed_s": _seconds(m["elapsed"]),
+        "eta_s": _seconds(m["eta"]),
         "metrics": {toks[i]: _number(toks[i + 1]) for i in range(0, len(toks), 2)},
     }
 
@@ -132,9 +136,20 @@ class Progress:
     skip counts; ``initial`` is where a resumed loop starts (ETA counts only the work done here).
     """
 
-    def __init__(self, label: str, total: int | None, *, unit: str = "step", initial: int = 0,
-                 every: int | None = None, interval: float = 60.0, quiet: bool = False,
-                 enabled: bool = True, stream: TextIO | None = None, tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        total: int | None,
+        *,
+        unit: str = "step",
+        initial: int = 0,
+        every: int | None = None,
+        interval: float = 60.0,
+        quiet: bool = False,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+    ) -> None:
         self.label = label
         self.total = int(total) if total else None
         self.unit = unit
@@ -154,8 +169,16 @@ class Progress:
         if self.active and self.tty:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, initial=self.initial, desc=label, unit=unit, file=self.stream,
-                             dynamic_ncols=True, mininterval=0.5, leave=True)
+            self._bar = tqdm(
+                total=self.total,
+                initial=self.initial,
+                desc=label,
+                unit=unit,
+                file=self.stream,
+                dynamic_ncols=True,
+                mininterval=0.5,
+                leave=True,
+            )
 
     # ------------------------------------------------------------------ reporting
 
@@ -171,15 +194,20 @@ class Progress:
             if advanced:
                 self._bar.update(n - self._bar.n)
             if self.metrics:
-                self._bar.set_postfix_str(" ".join(f"{k} {format_value(v)}" for k, v in self.metrics.items()),
-                                          refresh=force)
+                self._bar.set_postfix_str(
+                    " ".join(f"{k} {format_value(v)}" for k, v in self.metrics.items()), refresh=force
+                )
             elif force:
                 self._bar.refresh()
             return
         now = _now()
-        due = (force or n == self.initial + 1 or (self.total is not None and n >= self.total)
-               or n // self.every > self._line_n // self.every  # crossed a multiple of `every`
-               or (advanced and now - self._line_t >= self.interval))
+        due = (
+            force
+            or n == self.initial + 1
+            or (self.total is not None and n >= self.total)
+            or n // self.every > self._line_n // self.every  # crossed a multiple of `every`
+            or (advanced and now - self._line_t >= self.interval)
+        )
         if due:
             self._write(n, now)
 
@@ -189,13 +217,11 @@ class Progress:
         now = _now() if now is None else now
         done = n - self.initial
         elapsed = now - self.t0
-        per = (now - self._line_t) / (n - self._line_n) if n > self._line_n else (
-            elapsed / done if done > 0 else None)
+        per = (now - self._line_t) / (n - self._line_n) if n > self._line_n else (elapsed / done if done > 0 else None)
         eta = None
         if self.total is not None and done > 0:
             eta = max(0, self.total - n) * elapsed / done
-        return format_line(self.label, self.unit, n, self.total, elapsed, eta,
-                           {f"s/{self.unit}": per, **self.metrics})
+        return format_line(self.label, self.unit, n, self.total, elapsed, eta, {f"s/{self.unit}": per, **self.metrics})
 
     def _write(self, n: int, now: float) -> None:
         text = self.line(n, now)

@@ -54,7 +54,9 @@ MATH_TEMPLATES = ("qwen_math", "no", "plain")
 def apply_qwen_math_template(question: str) -> str:
     """Dr. GRPO's ``qwen_math`` template (exact text of understand-r1-zero/evaluate_model.py)."""
     return (
-        "<|im_start|>system\n" + QWEN_MATH_INSTRUCTION + "<|im_end|>\n<|im_start|>user\n"
+        "<|im_start|>system\n"
+        + QWEN_MATH_INSTRUCTION
+        + "<|im_end|>\n<|im_start|>user\n"
         + question
         + "<|im_end|>\n<|im_start|>assistant\n"
     )
@@ -141,12 +143,10 @@ def code_prompt(record: dict[str, Any], style: str = "chatml") -> str:
 # HumanEval(+), MBPP(+)
 # ---------------------------------------------------------------------------------------------
 EVALPLUS_INSTRUCTION = (
-    "Please provide a self-contained Python script that solves the following problem in a "
-    "markdown code block:"
+    "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
 )
 EVALPLUS_RESPONSE = (
-    "Below is a Python script with a self-contained function that solves the problem and passes "
-    "corresponding tests:"
+    "Below is a Python script with a self-contained function that solves the problem and passes corresponding tests:"
 )
 # evalplus provider/utility.py: EOS + extra_eos_for_direct_completion(dataset).
 EVALPLUS_EOS = ("<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint(")
@@ -180,8 +180,10 @@ def evalplus_prompt(task_prompt: str, style: str = "chatml") -> tuple[str, str]:
 def mbpp_task_text(text: str, test_list: list[str]) -> str:
     """The MBPP paper's task description (Austin et al. 2021)."""
     tests = "\n".join(test_list)
-    return (f"You are an expert Python programmer, and here is your task: {text} "
-            f"Your code should pass these tests:\n\n{tests}\n")
+    return (
+        f"You are an expert Python programmer, and here is your task: {text} "
+        f"Your code should pass these tests:\n\n{tests}\n"
+    )
 
 
 def mbpp_prompt(text: str, test_list: list[str], style: str = "chatml") -> tuple[str, str]:

@@ -132,14 +132,38 @@ class _RouterKind(NamedTuple):
 
 
 _KINDS: tuple[_RouterKind, ...] = (
-    _RouterKind("qwen2_moe", "Qwen2MoeForCausalLM", "transformers.models.qwen2_moe.modeling_qwen2_moe",
-                "Qwen2MoeTopKRouter", always_renorm=False, scores_in_logits_dtype=True),
-    _RouterKind("qwen3_moe", "Qwen3MoeForCausalLM", "transformers.models.qwen3_moe.modeling_qwen3_moe",
-                "Qwen3MoeTopKRouter", always_renorm=False, scores_in_logits_dtype=True),
-    _RouterKind("mixtral", "MixtralForCausalLM", "transformers.models.mixtral.modeling_mixtral",
-                "MixtralTopKRouter", always_renorm=True, scores_in_logits_dtype=False),
-    _RouterKind("olmoe", "OlmoeForCausalLM", "transformers.models.olmoe.modeling_olmoe",
-                "OlmoeTopKRouter", always_renorm=False, scores_in_logits_dtype=True),
+    _RouterKind(
+        "qwen2_moe",
+        "Qwen2MoeForCausalLM",
+        "transformers.models.qwen2_moe.modeling_qwen2_moe",
+        "Qwen2MoeTopKRouter",
+        always_renorm=False,
+        scores_in_logits_dtype=True,
+    ),
+    _RouterKind(
+        "qwen3_moe",
+        "Qwen3MoeForCausalLM",
+        "transformers.models.qwen3_moe.modeling_qwen3_moe",
+        "Qwen3MoeTopKRouter",
+        always_renorm=False,
+        scores_in_logits_dtype=True,
+    ),
+    _RouterKind(
+        "mixtral",
+        "MixtralForCausalLM",
+        "transformers.models.mixtral.modeling_mixtral",
+        "MixtralTopKRouter",
+        always_renorm=True,
+        scores_in_logits_dtype=False,
+    ),
+    _RouterKind(
+        "olmoe",
+        "OlmoeForCausalLM",
+        "transformers.models.olmoe.modeling_olmoe",
+        "OlmoeTopKRouter",
+        always_renorm=False,
+        scores_in_logits_dtype=True,
+    ),
 )
 
 SUPPORTED_MODELS: tuple[str, ...] = tuple(k.causal_lm for k in _KINDS)
@@ -236,13 +260,17 @@ def router_spec(model: nn.Module) -> RouterSpec:
     """num_experts, top_k, norm_topk_prob and the MoE layer indices of ``model``."""
     found = _gates_with_kinds(model)
     _, gate, kind = found[0]
-    specs = {(int(g.num_experts), int(g.top_k), kind.always_renorm or bool(g.norm_topk_prob))
-             for _, g, _ in found}
+    specs = {(int(g.num_experts), int(g.top_k), kind.always_renorm or bool(g.norm_topk_prob)) for _, g, _ in found}
     if len(specs) != 1:
         raise ValueError(f"{type(model).__name__}: routers differ across layers: {sorted(specs)}")
     num_experts, top_k, renorm = specs.pop()
-    return RouterSpec(arch=kind.arch, num_experts=num_experts, top_k=top_k, norm_topk_prob=renorm,
-                      moe_layers=tuple(i for i, _, _ in found))
+    return RouterSpec(
+        arch=kind.arch,
+        num_experts=num_experts,
+        top_k=top_k,
+        norm_topk_prob=renorm,
+        moe_layers=tuple(i for i, _, _ in found),
+    )
 
 
 def _renorm(gate: nn.Module, kind: _RouterKind) -> bool:
@@ -299,8 +327,9 @@ class RouterCapture:
     @staticmethod
     def _joined(per_layer: list[list[Tensor]]) -> list[Tensor]:
         if any(len(calls) == 0 for calls in per_layer):
-            raise RuntimeError("no forward pass was recorded for some MoE layer; run the model "
-                               "inside the capture_router_logits block")
+            raise RuntimeError(
+                "no forward pass was recorded for some MoE layer; run the model inside the capture_router_logits block"
+            )
         return [calls[0] if len(calls) == 1 else torch.cat(calls, dim=0) for calls in per_layer]
 
     @property
@@ -331,8 +360,7 @@ class RouterCapture:
 
 
 @contextlib.contextmanager
-def capture_router_logits(model: nn.Module, *, detach: bool = False, raw: bool = False
-                          ) -> Iterator[RouterCapture]:
+def capture_router_logits(model: nn.Module, *, detach: bool = False, raw: bool = False) -> Iterator[RouterCapture]:
     """Record the router logits of every forward run inside the block.
 
     Yields a ``RouterCapture``; ``.logits[l]`` is the (B*T, E) raw (pre-softmax) logit tensor of
@@ -349,6 +377,7 @@ def capture_router_logits(model: nn.Module, *, detach: bool = False, raw: bool =
     try:
         for pos, (_, gate, _) in enumerate(found):
             if raw:
+
                 def pre_hook(module, args, _pos=pos):
                     h = args[0]
                     logits = F.linear(h.reshape(-1, module.weight.shape[1]), module.weight)
@@ -360,6 +389,7 @@ def capture_router_logits(model: nn.Module, *, detach: bool = False, raw: bool =
                 handles.append(gate.register_forward_pre_hook(pre_hook))
                 handles.append(gate.register_forward_hook(idx_hook))
             else:
+
                 def hook(module, args, output, _pos=pos):
                     logits = output[0]
                     cap._logits[_pos].append(logits.detach() if detach else logits)
@@ -415,17 +445,22 @@ class OldRouterCache:
 
     def __post_init__(self) -> None:
         if self.indices.dim() != 4 or self.logp.shape != self.indices.shape:
-            raise ValueError(f"indices and logp must both be (L, B, T, K); got {tuple(self.indices.shape)} "
-                             f"and {tuple(self.logp.shape)}")
+            raise ValueError(
+                f"indices and logp must both be (L, B, T, K); got {tuple(self.indices.shape)} "
+                f"and {tuple(self.logp.shape)}"
+            )
         if self.indices.dtype != _index_dtype(self.num_experts):
-            raise ValueError(f"indices dtype {self.indices.dtype} != {_index_dtype(self.num_experts)} "
-                             f"for {self.num_experts} experts")
+            raise ValueError(
+                f"indices dtype {self.indices.dtype} != {_index_dtype(self.num_experts)} for {self.num_experts} experts"
+            )
         if self.logp.dtype not in _LOGP_DTYPES:
             raise ValueError(f"logp dtype {self.logp.dtype} not in {_LOGP_DTYPES}")
         if self.logits is not None:
             if self.logits.shape != (*self.indices.shape[:3], self.num_experts):
-                raise ValueError(f"logits must be (L, B, T, E) = {(*self.indices.shape[:3], self.num_experts)}; "
-                                 f"got {tuple(self.logits.shape)}")
+                raise ValueError(
+                    f"logits must be (L, B, T, E) = {(*self.indices.shape[:3], self.num_experts)}; "
+                    f"got {tuple(self.logits.shape)}"
+                )
             if self.logits.dtype != torch.float32:
                 raise ValueError(f"logits must be float32, got {self.logits.dtype}")
 
@@ -464,16 +499,18 @@ class OldRouterCache:
         with torch.no_grad():
             for l, lg in enumerate(logits_list):
                 if lg.dim() != 2 or lg.shape != (B * T, num_experts):
-                    raise ValueError(f"layer {l}: router logits must be (B*T, E) = {(B * T, num_experts)}; "
-                                     f"got {tuple(lg.shape)}")
+                    raise ValueError(
+                        f"layer {l}: router logits must be (B*T, E) = {(B * T, num_experts)}; got {tuple(lg.shape)}"
+                    )
                 lg32 = lg.detach().float()  # (N, E)
                 if indices_list is None:
                     idx = torch.topk(F.softmax(lg32, dim=-1), top_k, dim=-1).indices  # (N, K)
                 else:
                     idx = indices_list[l].detach().to(lg.device, torch.long)
                     if idx.shape != (B * T, top_k):
-                        raise ValueError(f"layer {l}: indices must be (B*T, K) = {(B * T, top_k)}; "
-                                         f"got {tuple(idx.shape)}")
+                        raise ValueError(
+                            f"layer {l}: indices must be (B*T, K) = {(B * T, top_k)}; got {tuple(idx.shape)}"
+                        )
                 logp = F.log_softmax(lg32, dim=-1).gather(-1, idx)  # (N, K) fp32, over ALL experts
                 idx_out.append(idx.to(idx_dtype).view(B, T, top_k))
                 logp_out.append(_round_to(logp, logp_dtype).view(B, T, top_k))
@@ -494,10 +531,17 @@ class OldRouterCache:
         first = caches[0]
         for c in caches[1:]:
             if (c.num_layers, c.batch_shape[1], c.top_k, c.num_experts, c.logp.dtype, c.logits is None) != (
-                    first.num_layers, first.batch_shape[1], first.top_k, first.num_experts,
-                    first.logp.dtype, first.logits is None):
-                raise ValueError("caches differ in layers, T, K, experts, dtype or kept logits; "
-                                 "pad the micro-batches to a common length first")
+                first.num_layers,
+                first.batch_shape[1],
+                first.top_k,
+                first.num_experts,
+                first.logp.dtype,
+                first.logits is None,
+            ):
+                raise ValueError(
+                    "caches differ in layers, T, K, experts, dtype or kept logits; "
+                    "pad the micro-batches to a common length first"
+                )
         return cls(
             indices=torch.cat([c.indices for c in caches], dim=1),
             logp=torch.cat([c.logp for c in caches], dim=1),
@@ -559,25 +603,38 @@ class OldRouterCache:
                 return None
             return t[:, rows][:, :, cols]
 
-        return OldRouterCache(indices=sel(self.indices), logp=sel(self.logp),
-                              num_experts=self.num_experts, logits=sel(self.logits))
+        return OldRouterCache(
+            indices=sel(self.indices), logp=sel(self.logp), num_experts=self.num_experts, logits=sel(self.logits)
+        )
 
     @classmethod
-    def zeros(cls, num_layers: int, batch_shape: tuple[int, int], top_k: int, num_experts: int, *,
-              logp_dtype: torch.dtype = torch.float16, keep_logits: bool = False,
-              device: torch.device | str = "cpu") -> OldRouterCache:
+    def zeros(
+        cls,
+        num_layers: int,
+        batch_shape: tuple[int, int],
+        top_k: int,
+        num_experts: int,
+        *,
+        logp_dtype: torch.dtype = torch.float16,
+        keep_logits: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> OldRouterCache:
         """An all-zero cache of the given shape, filled row by row with ``assign``."""
         B, T = batch_shape
         shape = (num_layers, B, T, top_k)
-        return cls(indices=torch.zeros(shape, dtype=_index_dtype(num_experts), device=device),
-                   logp=torch.zeros(shape, dtype=logp_dtype, device=device), num_experts=num_experts,
-                   logits=torch.zeros((num_layers, B, T, num_experts), device=device) if keep_logits else None)
+        return cls(
+            indices=torch.zeros(shape, dtype=_index_dtype(num_experts), device=device),
+            logp=torch.zeros(shape, dtype=logp_dtype, device=device),
+            num_experts=num_experts,
+            logits=torch.zeros((num_layers, B, T, num_experts), device=device) if keep_logits else None,
+        )
 
     def assign(self, rows: Tensor, part: OldRouterCache) -> None:
         """Write ``part`` (the cache of ``rows``, same T) into these rows, in place."""
         if part.batch_shape != (len(rows), self.batch_shape[1]) or (part.logits is None) != (self.logits is None):
-            raise ValueError(f"cannot assign a cache of shape {part.batch_shape} to {len(rows)} rows of width "
-                             f"{self.batch_shape[1]}")
+            raise ValueError(
+                f"cannot assign a cache of shape {part.batch_shape} to {len(rows)} rows of width {self.batch_shape[1]}"
+            )
         rows = rows.to(self.device)
         self.indices[:, rows] = part.indices.to(self.device)
         self.logp[:, rows] = part.logp.to(self.device)
@@ -598,8 +655,9 @@ class OldRouterCache:
             out[:, :, start : start + T] = t
             return out
 
-        return OldRouterCache(indices=pad(self.indices), logp=pad(self.logp), num_experts=self.num_experts,
-                              logits=pad(self.logits))
+        return OldRouterCache(
+            indices=pad(self.indices), logp=pad(self.logp), num_experts=self.num_experts, logits=pad(self.logits)
+        )
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> OldRouterCache:
         """The cache on ``device`` (dtypes unchanged)."""
@@ -635,8 +693,9 @@ def forward_with_router_cache(
         outputs = model(**model_inputs)
     if cap.num_calls != 1:
         raise RuntimeError(f"expected one router call per layer in the old forward, got {cap.num_calls}")
-    cache = OldRouterCache.from_logits(cap.logits, spec.top_k, (B, T), indices_list=cap.indices,
-                                       logp_dtype=logp_dtype, keep_logits=keep_logits)
+    cache = OldRouterCache.from_logits(
+        cap.logits, spec.top_k, (B, T), indices_list=cap.indices, logp_dtype=logp_dtype, keep_logits=keep_logits
+    )
     return outputs, cache
 
 
@@ -645,8 +704,9 @@ def forward_with_router_cache(
 # --------------------------------------------------------------------------------------------
 
 
-def router_shift_ratio(cache: OldRouterCache, new_router_logits: Sequence[Tensor], *,
-                 straight_through: bool = True) -> Tensor:
+def router_shift_ratio(
+    cache: OldRouterCache, new_router_logits: Sequence[Tensor], *, straight_through: bool = True
+) -> Tensor:
     """gamma (B, T) of Eq. (7, router_shift_ratio) from the compact cache and the new router logits.
 
     cache: the OldRouterCache rows of this batch, (L, B, T, K). new_router_logits: one
@@ -662,8 +722,10 @@ def router_shift_ratio(cache: OldRouterCache, new_router_logits: Sequence[Tensor
     delta_sum = None
     for l, lg in enumerate(new_router_logits):
         if lg.shape not in ((B * T, E), (B, T, E)):
-            raise ValueError(f"layer {l}: new router logits must be (B*T, E) or (B, T, E) with "
-                             f"B={B}, T={T}, E={E}; got {tuple(lg.shape)}")
+            raise ValueError(
+                f"layer {l}: new router logits must be (B*T, E) or (B, T, E) with "
+                f"B={B}, T={T}, E={E}; got {tuple(lg.shape)}"
+            )
         lg = lg.reshape(B * T, E).float()  # (N, E)
         idx = cache.indices[l].reshape(B * T, K).to(lg.device, torch.long)  # (N, K) e_old[l, k]
         old = cache.logp[l].reshape(B * T, K).to(lg.device).float()  # (N, K) log r_old(e_old)
@@ -685,13 +747,13 @@ def shift_ratio(old_logits: Sequence[Tensor], new_logits: Sequence[Tensor], top_
     Differentiable w.r.t. new_logits.
     """
     if len(old_logits) == 0 or len(old_logits) != len(new_logits):
-        raise ValueError(f"need the same nonzero number of layers, got {len(old_logits)} old and "
-                         f"{len(new_logits)} new")
+        raise ValueError(f"need the same nonzero number of layers, got {len(old_logits)} old and {len(new_logits)} new")
     ds = []
     for l, (lo, ln) in enumerate(zip(old_logits, new_logits)):
         if lo.dim() != 2 or lo.shape != ln.shape:
-            raise ValueError(f"layer {l}: old and new logits must both be (N, E); got "
-                             f"{tuple(lo.shape)} and {tuple(ln.shape)}")
+            raise ValueError(
+                f"layer {l}: old and new logits must both be (N, E); got {tuple(lo.shape)} and {tuple(ln.shape)}"
+            )
         if not 1 <= top_k <= lo.shape[-1]:
             raise ValueError(f"top_k={top_k} must be in [1, {lo.shape[-1]}]")
         lp_old = F.log_softmax(lo.float(), dim=-1)  # (N, E)
@@ -717,8 +779,7 @@ class RoutingMode(str, Enum):  # noqa: UP042 (a StrEnum would change str() and f
 
 
 @contextlib.contextmanager
-def routing_control(model: nn.Module, mode: RoutingMode | str,
-                    cache: OldRouterCache | None = None) -> Iterator[None]:
+def routing_control(model: nn.Module, mode: RoutingMode | str, cache: OldRouterCache | None = None) -> Iterator[None]:
     """Apply a routing mode to the forwards (and gradient-checkpoint recomputations) in the block.
 
     ``cache`` (replay modes only) must hold exactly the rows of the batch forwarded, i.e.
@@ -728,8 +789,7 @@ def routing_control(model: nn.Module, mode: RoutingMode | str,
     try:
         mode = RoutingMode(mode)
     except ValueError:
-        raise ValueError(f"unknown routing mode {mode!r}; expected one of "
-                         f"{[m.value for m in RoutingMode]}") from None
+        raise ValueError(f"unknown routing mode {mode!r}; expected one of {[m.value for m in RoutingMode]}") from None
     found = _gates_with_kinds(model)
     if mode is RoutingMode.NONE:
         yield
@@ -762,15 +822,17 @@ def routing_control(model: nn.Module, mode: RoutingMode | str,
         def hook(module, args, output):
             logits = output[0]  # (N, E) the current router's logits
             if logits.shape[0] != B * T:
-                raise ValueError(f"{mode.value}: the forward routes {logits.shape[0]} tokens but the "
-                                 f"cache holds B*T = {B}*{T}; pass cache[rows] of exactly this batch")
+                raise ValueError(
+                    f"{mode.value}: the forward routes {logits.shape[0]} tokens but the "
+                    f"cache holds B*T = {B}*{T}; pass cache[rows] of exactly this batch"
+                )
             if mode is RoutingMode.LOGIT_REPLAY:
                 old = cache.logits[pos].reshape(B * T, -1).to(logits.device, logits.dtype)  # (N, E)
-                return route_from_logits(old, top_k, renorm=renorm,
-                                         scores_in_logits_dtype=kind.scores_in_logits_dtype)
+                return route_from_logits(old, top_k, renorm=renorm, scores_in_logits_dtype=kind.scores_in_logits_dtype)
             idx = cache.indices[pos].reshape(B * T, -1)  # (N, K) old experts
-            return route_from_logits(logits, top_k, renorm=renorm,
-                                     scores_in_logits_dtype=kind.scores_in_logits_dtype, indices=idx)
+            return route_from_logits(
+                logits, top_k, renorm=renorm, scores_in_logits_dtype=kind.scores_in_logits_dtype, indices=idx
+            )
 
         return hook
 

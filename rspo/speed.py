@@ -53,8 +53,9 @@ def _trl_available() -> None:
     try:
         import trl  # noqa: F401
     except ImportError as e:
-        raise SystemExit("rspo speed needs TRL, an optional benchmark dependency: pip install -e '.[bench]' "
-                         "(or run `make bench`)") from e
+        raise SystemExit(
+            "rspo speed needs TRL, an optional benchmark dependency: pip install -e '.[bench]' (or run `make bench`)"
+        ) from e
 
 
 def _deep_model(src: Path, dst: Path, layers: int) -> Path:
@@ -134,9 +135,17 @@ class _Generate:
         torch.manual_seed(seed)
         t0 = time.perf_counter()
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=1.0, top_k=0,
-                                      top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=self.tok.pad_token_id,
-                                      eos_token_id=self.tok.eos_token_id)
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=attn,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=self.tok.pad_token_id,
+                eos_token_id=self.tok.eos_token_id,
+            )
         wall = time.perf_counter() - t0
         resp = out[:, ids.shape[1] :]
         return wall, int(response_mask_from_ids(resp, stop_token_ids(self.tok)).sum())
@@ -145,8 +154,18 @@ class _Generate:
 CONTENDERS = ("rspo", "trl", "raw train", "generate")
 
 
-def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *, steps: int, threads: int,
-                label: str, contenders: tuple[str, ...] = CONTENDERS, quiet: bool = False) -> dict[str, Any]:
+def bench_model(
+    preset_path: str,
+    model_dir: Path,
+    data_dir: Path,
+    work: Path,
+    *,
+    steps: int,
+    threads: int,
+    label: str,
+    contenders: tuple[str, ...] = CONTENDERS,
+    quiet: bool = False,
+) -> dict[str, Any]:
     """One table: every contender on one model, alternating step by step."""
     import torch
 
@@ -154,10 +173,18 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 
-    overrides = [f"model.path={json.dumps(str(model_dir))}",
-                 f"data.train_path={json.dumps(str(data_dir / 'train.jsonl'))}", "data.val_paths={}",
-                 f"model.threads={threads}", "schedule.ckpt_every=0", "optim.lr=1e-5", "optim.warmup_steps=0",
-                 'algorithm.algo="grpo"', "algorithm.router_shift=false", "tracking.router_diagnostics=true"]
+    overrides = [
+        f"model.path={json.dumps(str(model_dir))}",
+        f"data.train_path={json.dumps(str(data_dir / 'train.jsonl'))}",
+        "data.val_paths={}",
+        f"model.threads={threads}",
+        "schedule.ckpt_every=0",
+        "optim.lr=1e-5",
+        "optim.warmup_steps=0",
+        'algorithm.algo="grpo"',
+        "algorithm.router_shift=false",
+        "tracking.router_diagnostics=true",
+    ]
     cfg = load_train_config(preset_path, None, overrides)
     ours = Trainer(cfg, work / f"rspo-{label}")
     torch.set_num_threads(threads)
@@ -172,10 +199,16 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
         """One step of every contender but TRL, each timed on its own."""
         m = ours.train_step()
         ours.step += 1
-        rows["rspo"].append({"rollout_s": m["perf/rollout_s"], "old_pass_s": m["perf/old_pass_s"],
-                             "update_s": m["perf/update_s"], "step_s": m["perf/step_s"],
-                             "rollout_tok_s": m["perf/rollout_tokens_per_s"],
-                             "update_tok_s": m["perf/update_tokens_per_s"]})
+        rows["rspo"].append(
+            {
+                "rollout_s": m["perf/rollout_s"],
+                "old_pass_s": m["perf/old_pass_s"],
+                "update_s": m["perf/update_s"],
+                "step_s": m["perf/step_s"],
+                "rollout_tok_s": m["perf/rollout_tokens_per_s"],
+                "update_tok_s": m["perf/update_tokens_per_s"],
+            }
+        )
         if raw is not None:
             mbs = ours._mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
             wall, n_tok = raw.step(ours.last_batch, mbs, ours.tokenizer.pad_token_id)
@@ -193,8 +226,12 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
             other_steps()
     progress.close()
     med = {k: {c: statistics.median(r[c] for r in v[1:]) for c in v[0]} for k, v in rows.items()}
-    out = {"label": label, "layers": ours.model.config.num_hidden_layers, "steps_measured": len(rows["rspo"]) - 1,
-           "median": med}
+    out = {
+        "label": label,
+        "layers": ours.model.config.num_hidden_layers,
+        "steps_measured": len(rows["rspo"]) - 1,
+        "median": med,
+    }
     if "trl" in med:
         out["step_time_ratio_vs_trl"] = med["rspo"]["step_s"] / med["trl"]["step_s"]
     if "raw train" in med:
@@ -204,8 +241,19 @@ def bench_model(preset_path: str, model_dir: Path, data_dir: Path, work: Path, *
     return out
 
 
-def _run_with_trl(cfg, model_dir: Path, data_dir: Path, work: Path, label: str, steps: int, threads: int,
-                  updates: int, tokenizer, rows: dict[str, list[dict[str, float]]], other_steps) -> None:
+def _run_with_trl(
+    cfg,
+    model_dir: Path,
+    data_dir: Path,
+    work: Path,
+    label: str,
+    steps: int,
+    threads: int,
+    updates: int,
+    tokenizer,
+    rows: dict[str, list[dict[str, float]]],
+    other_steps,
+) -> None:
     """TRL's trainer runs its loop; after each of its RL steps a callback runs ``other_steps``
     (timed apart), so the contenders alternate step by step."""
     import torch
@@ -219,8 +267,12 @@ def _run_with_trl(cfg, model_dir: Path, data_dir: Path, work: Path, label: str, 
 
     sc, G = cfg.schedule, cfg.rollout.group_size
     records = load_split(data_dir / "train.jsonl")[:4096]
-    ds = Dataset.from_list([{"prompt": format_prompt(r, cfg.data.prompt_format), "nums": r["nums"],
-                             "target": r["target"]} for r in records])
+    ds = Dataset.from_list(
+        [
+            {"prompt": format_prompt(r, cfg.data.prompt_format), "nums": r["nums"], "target": r["target"]}
+            for r in records
+        ]
+    )
 
     def countdown_reward(completions, nums, target, **_):
         return [score(c, n, t)[0] for c, n, t in zip(completions, nums, target)]
@@ -238,15 +290,40 @@ def _run_with_trl(cfg, model_dir: Path, data_dir: Path, work: Path, label: str, 
             clock["mark"] = time.perf_counter()
 
     args = GRPOConfig(
-        output_dir=str(work / f"trl-{label}"), per_device_train_batch_size=sc.mini_batch_prompts * G,
-        num_generations=G, steps_per_generation=updates, max_completion_length=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature, top_p=1.0, top_k=0, learning_rate=1e-5, beta=0.0, loss_type="grpo",
-        num_iterations=1, lr_scheduler_type="constant", max_grad_norm=cfg.optim.grad_clip,
-        max_steps=(steps + 1) * updates, logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True,
-        bf16=False, gradient_checkpointing=False, router_aux_loss_coef=0.0, disable_tqdm=True, seed=0,
-        dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=load_model(model_dir, device="cpu"), reward_funcs=countdown_reward, args=args,
-                          train_dataset=ds, processing_class=tokenizer, callbacks=[Alternate()])
+        output_dir=str(work / f"trl-{label}"),
+        per_device_train_batch_size=sc.mini_batch_prompts * G,
+        num_generations=G,
+        steps_per_generation=updates,
+        max_completion_length=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=1e-5,
+        beta=0.0,
+        loss_type="grpo",
+        num_iterations=1,
+        lr_scheduler_type="constant",
+        max_grad_norm=cfg.optim.grad_clip,
+        max_steps=(steps + 1) * updates,
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        router_aux_loss_coef=0.0,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=load_model(model_dir, device="cpu"),
+        reward_funcs=countdown_reward,
+        args=args,
+        train_dataset=ds,
+        processing_class=tokenizer,
+        callbacks=[Alternate()],
+    )
     inner = trainer._generate_and_score_completions
 
     def timed(*a, **kw):
@@ -263,23 +340,37 @@ def _run_with_trl(cfg, model_dir: Path, data_dir: Path, work: Path, label: str, 
 
 
 def format_table(res: dict[str, Any]) -> list[str]:
-    lines = [f"{res['label']}: {res['layers']} layers, median of {res['steps_measured']} steps after 1 warm-up",
-             f"{'contender':<11}" + "".join(f"{c:>14}" for c in COLUMNS)]
+    lines = [
+        f"{res['label']}: {res['layers']} layers, median of {res['steps_measured']} steps after 1 warm-up",
+        f"{'contender':<11}" + "".join(f"{c:>14}" for c in COLUMNS),
+    ]
     for name, row in res["median"].items():
         cells = []
         for c in COLUMNS:
             v = row.get(c)
             cells.append(f"{'-':>14}" if v is None else f"{v:>14.0f}" if c.endswith("tok_s") else f"{v:>14.3f}")
         lines.append(f"{name:<11}" + "".join(cells))
-    names = {"step_time_ratio_vs_trl": "ours / TRL step time", "update_tokens_per_s_vs_raw_training":
-             "update tokens/s vs raw training", "rollout_tokens_per_s_vs_generate": "rollout tokens/s vs generate"}
+    names = {
+        "step_time_ratio_vs_trl": "ours / TRL step time",
+        "update_tokens_per_s_vs_raw_training": "update tokens/s vs raw training",
+        "rollout_tokens_per_s_vs_generate": "rollout tokens/s vs generate",
+    }
     lines.append("; ".join(f"{text} {res[k]:.3f}" for k, text in names.items() if k in res))
     return lines
 
 
-def run_speed(preset_path: str, *, model: str | None = None, data: str | None = None, steps: int = 5,
-              threads: int = 2, deep_layers: int = 12, out: str | None = None,
-              contenders: tuple[str, ...] = CONTENDERS, quiet: bool = False) -> dict[str, Any]:
+def run_speed(
+    preset_path: str,
+    *,
+    model: str | None = None,
+    data: str | None = None,
+    steps: int = 5,
+    threads: int = 2,
+    deep_layers: int = 12,
+    out: str | None = None,
+    contenders: tuple[str, ...] = CONTENDERS,
+    quiet: bool = False,
+) -> dict[str, Any]:
     if "rspo" not in contenders or not set(contenders) <= set(CONTENDERS):
         raise ValueError(f"contenders must include rspo and come from {CONTENDERS}, got {contenders}")
     if "trl" in contenders:
@@ -292,17 +383,42 @@ def run_speed(preset_path: str, *, model: str | None = None, data: str | None = 
     with tempfile.TemporaryDirectory(prefix="rspo-speed-") as tmp:
         work = Path(tmp)
         _, name, data_dir, model_dir, source = _prepare(preset_path, model, data, work, threads)
-        results.append(bench_model(preset_path, model_dir, data_dir, work, steps=steps, threads=threads,
-                                   label=f"{name} base ({source})", contenders=contenders, quiet=quiet))
+        results.append(
+            bench_model(
+                preset_path,
+                model_dir,
+                data_dir,
+                work,
+                steps=steps,
+                threads=threads,
+                label=f"{name} base ({source})",
+                contenders=contenders,
+                quiet=quiet,
+            )
+        )
         print("\n".join(format_table(results[-1])), flush=True)
         if deep_layers:
             deep = _deep_model(model_dir, work / "deep", deep_layers)
-            results.append(bench_model(preset_path, deep, data_dir, work, steps=steps, threads=threads,
-                                       label=f"{deep_layers}-layer random-init", contenders=contenders, quiet=quiet))
+            results.append(
+                bench_model(
+                    preset_path,
+                    deep,
+                    data_dir,
+                    work,
+                    steps=steps,
+                    threads=threads,
+                    label=f"{deep_layers}-layer random-init",
+                    contenders=contenders,
+                    quiet=quiet,
+                )
+            )
             print("\n" + "\n".join(format_table(results[-1])), flush=True)
     first = results[0]
-    summary = {k: first[k] for k in ("step_time_ratio_vs_trl", "update_tokens_per_s_vs_raw_training",
-                                     "rollout_tokens_per_s_vs_generate") if k in first}
+    summary = {
+        k: first[k]
+        for k in ("step_time_ratio_vs_trl", "update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate")
+        if k in first
+    }
     summary.update(preset=name, threads=threads, models=results)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -312,22 +428,34 @@ def run_speed(preset_path: str, *, model: str | None = None, data: str | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rspo speed", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="rspo speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--preset", default="configs/small.yaml")
     ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
     ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
     ap.add_argument("--steps", type=int, default=5, help="measured RL steps per contender (after 1 warm-up)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--deep-layers", type=int, default=12, help="second table: random-init model of this depth "
-                    "(0: skip)")
+    ap.add_argument(
+        "--deep-layers", type=int, default=12, help="second table: random-init model of this depth (0: skip)"
+    )
     ap.add_argument("--out", default=None, help="also write the JSON here")
-    ap.add_argument("--contenders", default=",".join(CONTENDERS),
-                    help=f"comma-separated subset of {','.join(CONTENDERS)} (rspo always; default all)")
+    ap.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated subset of {','.join(CONTENDERS)} (rspo always; default all)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
-    run_speed(args.preset, model=args.model, data=args.data, steps=args.steps, threads=args.threads,
-              deep_layers=args.deep_layers, out=args.out,
-              contenders=tuple(c.strip() for c in args.contenders.split(",")),
-              quiet=args.quiet)
+    run_speed(
+        args.preset,
+        model=args.model,
+        data=args.data,
+        steps=args.steps,
+        threads=args.threads,
+        deep_layers=args.deep_layers,
+        out=args.out,
+        contenders=tuple(c.strip() for c in args.contenders.split(",")),
+        quiet=args.quiet,
+    )
     return 0

@@ -77,8 +77,9 @@ def _run(cmd: list[str], log: Path, threads: int) -> float:
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        proc = subprocess.run(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS=str(threads))
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"command failed (exit {proc.returncode}), see {log}: {' '.join(cmd)}")
     return time.perf_counter() - t0
@@ -87,8 +88,22 @@ def _run(cmd: list[str], log: Path, threads: int) -> float:
 def ensure_data(spec: dict[str, Any], work: Path) -> Path:
     data = work / "data"
     if not (data / "meta.json").is_file():
-        _run([sys.executable, "-m", "rspo", "generate", "--preset", spec["preset"], "--out", str(data),
-              "--workers", "2"], work / "logs" / "data.log", 2)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "rspo",
+                "generate",
+                "--preset",
+                spec["preset"],
+                "--out",
+                str(data),
+                "--workers",
+                "2",
+            ],
+            work / "logs" / "data.log",
+            2,
+        )
     return data
 
 
@@ -101,27 +116,64 @@ def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads
         _run([sys.executable, "-m", "rspo", "tokenizer", "--out", str(tok)], work / "logs" / "tokenizer.log", 1)
     if (out / "pretrain.json").is_file():
         return out, 0.0
-    cmd = [sys.executable, "-m", "rspo", "pretrain", "--preset", spec["preset"], "--data", str(data),
-           "--tokenizer", str(tok), "--out", str(out), "--threads", str(threads), "--no-mlflow"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rspo",
+        "pretrain",
+        "--preset",
+        spec["preset"],
+        "--data",
+        str(data),
+        "--tokenizer",
+        str(tok),
+        "--out",
+        str(out),
+        "--threads",
+        str(threads),
+        "--no-mlflow",
+    ]
     for k, v in over.items():
         cmd += ["--set", f"{k}={json.dumps(v)}"]
     return out, _run(cmd, work / "logs" / f"pretrain-{name}.log", threads)
 
 
-def run_one(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, base: Path, data: Path, work: Path,
-            threads: int) -> dict[str, Any]:
+def run_one(
+    spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, base: Path, data: Path, work: Path, threads: int
+) -> dict[str, Any]:
     tkey = _key({"base": spec["bases"][trial["base"]], "set": trial.get("set", []), "steps": trial["steps"]})
     out = work / "runs" / f"{trial['name']}-{tkey}" / f"{algo}-s{seed}"
     algo_name, _, plus = algo.partition("+")
-    sets = [f"algorithm.algo={algo_name}", f"algorithm.router_shift={'true' if plus == 'rs' else 'false'}",
-            f"seed={seed}", f"schedule.total_steps={trial['steps']}",
-            f"schedule.val_every={spec.get('val_every', 10)}", f"schedule.val_size={spec.get('val_size', 200)}",
-            "schedule.ckpt_every=0"] + list(trial.get("set", []))
+    sets = [
+        f"algorithm.algo={algo_name}",
+        f"algorithm.router_shift={'true' if plus == 'rs' else 'false'}",
+        f"seed={seed}",
+        f"schedule.total_steps={trial['steps']}",
+        f"schedule.val_every={spec.get('val_every', 10)}",
+        f"schedule.val_size={spec.get('val_size', 200)}",
+        "schedule.ckpt_every=0",
+    ] + list(trial.get("set", []))
     wall = 0.0
     if not (out / "final.json").is_file():
-        cmd = [sys.executable, "-m", "rspo", "train", "--preset", spec["preset"], "--base-model", str(base),
-               "--train-data", str(data / "train.jsonl"), "--val", f"val={data / 'val.jsonl'}", "--out", str(out),
-               "--threads", str(threads), "--no-mlflow"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rspo",
+            "train",
+            "--preset",
+            spec["preset"],
+            "--base-model",
+            str(base),
+            "--train-data",
+            str(data / "train.jsonl"),
+            "--val",
+            f"val={data / 'val.jsonl'}",
+            "--out",
+            str(out),
+            "--threads",
+            str(threads),
+            "--no-mlflow",
+        ]
         for s in sets:
             cmd += ["--set", s]
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
@@ -130,15 +182,21 @@ def run_one(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, b
     val = [(r["step"], r["val/val/score"]) for r in rows if "val/val/score" in r]
     train = [r for r in rows if "critic/score/mean" in r]
     return {
-        "algo": algo, "seed": seed, "wall_s": wall or sum(r.get("perf/step_s", 0.0) for r in train),
-        "val": val, "base_acc": val[0][1], "final_acc": val[-1][1], "best_acc": max(v for _, v in val),
+        "algo": algo,
+        "seed": seed,
+        "wall_s": wall or sum(r.get("perf/step_s", 0.0) for r in train),
+        "val": val,
+        "base_acc": val[0][1],
+        "final_acc": val[-1][1],
+        "best_acc": max(v for _, v in val),
         "min_gamma": min(r["router/shift_ratio_mean"] for r in train),
         "max_gamma_clip": max(r["router/shift_clipfrac"] for r in train),
         "max_pg_clipfrac": max(r["actor/pg_clipfrac"] for r in train),
         "max_ppo_kl": max(abs(r["actor/ppo_kl"]) for r in train),
         "reward_first": statistics.mean(r["critic/score/mean"] for r in train[:5]),
         "reward_last": statistics.mean(r["critic/score/mean"] for r in train[-5:]),
-        "collapsed": bool(final.get("collapsed")), "collapse_step": final.get("collapse_step"),
+        "collapsed": bool(final.get("collapsed")),
+        "collapse_step": final.get("collapse_step"),
     }
 
 
@@ -150,18 +208,29 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
     by = {}
     for r in runs:
         by.setdefault(r["algo"], []).append(r)
-    out: dict[str, Any] = {"name": trial["name"], "base": trial["base"], "steps": trial["steps"],
-                           "set": list(trial.get("set", [])), "note": trial.get("note", ""),
-                           "base_acc": runs[0]["base_acc"], "pretrain_wall_s": base_wall, "wall_s": wall,
-                           "runs": runs}
+    out: dict[str, Any] = {
+        "name": trial["name"],
+        "base": trial["base"],
+        "steps": trial["steps"],
+        "set": list(trial.get("set", [])),
+        "note": trial.get("note", ""),
+        "base_acc": runs[0]["base_acc"],
+        "pretrain_wall_s": base_wall,
+        "wall_s": wall,
+        "runs": runs,
+    }
     for algo, rs in by.items():
         gains = [r["final_acc"] - r["base_acc"] for r in rs]
         best = [r["best_acc"] - r["base_acc"] for r in rs]
-        out[algo] = {"gain": _mean_sd(gains), "best_gain": _mean_sd(best),
-                     "min_gamma": min(r["min_gamma"] for r in rs),
-                     "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
-                     "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
-                     "collapsed": sum(r["collapsed"] for r in rs), "n": len(rs)}
+        out[algo] = {
+            "gain": _mean_sd(gains),
+            "best_gain": _mean_sd(best),
+            "min_gamma": min(r["min_gamma"] for r in rs),
+            "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
+            "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
+            "collapsed": sum(r["collapsed"] for r in rs),
+            "n": len(rs),
+        }
     return out
 
 
@@ -171,46 +240,75 @@ def _fmt_gain(g: tuple[float, float, int]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["trial", "base", "setting", "steps", "base acc. (%)", "GMPO gain, final (pts)", "GMPO gain, best (pts)",
-            "GRPO min mean γ", "GRPO max share γ<0.8", "max pg_clipfrac", "collapsed", "wall"]
+    cols = [
+        "trial",
+        "base",
+        "setting",
+        "steps",
+        "base acc. (%)",
+        "GMPO gain, final (pts)",
+        "GMPO gain, best (pts)",
+        "GRPO min mean γ",
+        "GRPO max share γ<0.8",
+        "max pg_clipfrac",
+        "collapsed",
+        "wall",
+    ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
     for t in rows:
         per_algo = {a: v for a, v in t.items() if isinstance(v, dict) and "n" in v}
         g, r = per_algo.get("gmpo"), per_algo.get("grpo")
-        cells = [t["name"], t["base"], " ".join(t["set"]) or "(preset)", str(t["steps"]), f"{100 * t['base_acc']:.1f}",
-                 _fmt_gain(g["gain"]) if g else "-", _fmt_gain(g["best_gain"]) if g else "-",
-                 f"{r['min_gamma']:.4f}" if r else "-", f"{100 * r['max_gamma_clip']:.2f}%" if r else "-",
-                 f"{max(v['max_pg_clipfrac'] for v in per_algo.values()):.3f}",
-                 ", ".join(f"{a} {v['collapsed']}/{v['n']}" for a, v in per_algo.items()),
-                 f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min"]
+        cells = [
+            t["name"],
+            t["base"],
+            " ".join(t["set"]) or "(preset)",
+            str(t["steps"]),
+            f"{100 * t['base_acc']:.1f}",
+            _fmt_gain(g["gain"]) if g else "-",
+            _fmt_gain(g["best_gain"]) if g else "-",
+            f"{r['min_gamma']:.4f}" if r else "-",
+            f"{100 * r['max_gamma_clip']:.2f}%" if r else "-",
+            f"{max(v['max_pg_clipfrac'] for v in per_algo.values()):.3f}",
+            ", ".join(f"{a} {v['collapsed']}/{v['n']}" for a, v in per_algo.items()),
+            f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def bases_table(spec: dict[str, Any], work: Path) -> str:
     """The pretrained bases of a sweep: overrides, held-out greedy accuracy, pretraining time."""
-    lines = ["| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall |",
+        "|---|---|---|---|---|",
+    ]
     for name, over in spec["bases"].items():
         summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
         if not summary.is_file():
             continue
         data = json.loads(summary.read_text())
-        lines.append(f"| {name} | {' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
-                     f"{100 * data['heldout']['accuracy']:.1f} (n={data['heldout']['n']}) | {data['examples']} | "
-                     f"{data['wall_time_s'] / 60:.1f} min |")
+        lines.append(
+            f"| {name} | {' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
+            f"{100 * data['heldout']['accuracy']:.1f} (n={data['heldout']['n']}) | {data['examples']} | "
+            f"{data['wall_time_s'] / 60:.1f} min |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], table_path: str) -> None:
     path = Path(table_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("Pretrained bases\n\n" + bases_table(spec, work)
-                    + "\nTrials (one line per trial, in the order run)\n\n" + table(rows))
+    path.write_text(
+        "Pretrained bases\n\n"
+        + bases_table(spec, work)
+        + "\nTrials (one line per trial, in the order run)\n\n"
+        + table(rows)
+    )
 
 
-def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | None = None,
-              only: list[str] | None = None) -> list[dict[str, Any]]:
+def run_sweep(
+    path: str, *, jobs: int = 1, threads: int = 2, table_path: str | None = None, only: list[str] | None = None
+) -> list[dict[str, Any]]:
     spec = load_sweep(path)
     work = Path(spec["work"])
     work.mkdir(parents=True, exist_ok=True)
@@ -221,8 +319,12 @@ def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | N
         if only and trial["name"] not in only:
             continue
         ident = {k: trial.get(k) for k in ("name", "base", "steps", "set", "runs")}
-        if any({k: d.get(k) for k in ("name", "base", "steps", "set")} == {k: ident[k] for k in
-               ("name", "base", "steps", "set")} and d.get("runs_spec") == trial["runs"] for d in done):
+        if any(
+            {k: d.get(k) for k in ("name", "base", "steps", "set")}
+            == {k: ident[k] for k in ("name", "base", "steps", "set")}
+            and d.get("runs_spec") == trial["runs"]
+            for d in done
+        ):
             continue
         base, base_wall = ensure_base(spec, trial["base"], work, data, max(threads, jobs * threads))
         t0 = time.perf_counter()
@@ -236,8 +338,12 @@ def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | N
         done.append(row)
         with open(done_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(json.dumps({k: row[k] for k in ("name", "base_acc", "wall_s")} |
-                         {a: row[a] for a in trial["runs"] if a in row}), flush=True)
+        print(
+            json.dumps(
+                {k: row[k] for k in ("name", "base_acc", "wall_s")} | {a: row[a] for a in trial["runs"] if a in row}
+            ),
+            flush=True,
+        )
         if table_path:
             write_tables(spec, work, done, table_path)
     if table_path:
@@ -246,8 +352,9 @@ def run_sweep(path: str, *, jobs: int = 1, threads: int = 2, table_path: str | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rspo sweep", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="rspo sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("sweep", help="sweep file (YAML), e.g. configs/sweeps/small.yaml")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each with --threads threads)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads per run")

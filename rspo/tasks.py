@@ -67,17 +67,33 @@ def get_task(name: str, prompt_format: str = "steps") -> Task:
     raise ValueError(f"data.task: unknown task {name!r}; choose countdown, math or code")
 
 
-def generate_and_score(backend, task: Task, records: list[dict[str, Any]], *, temperature: float,
-                       max_new_tokens: int, workers: int = 1, batch_size: int = 128, seed: int = 0,
-                       row_offset: int = 0) -> list[tuple[float, str]]:
+def generate_and_score(
+    backend,
+    task: Task,
+    records: list[dict[str, Any]],
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    workers: int = 1,
+    batch_size: int = 128,
+    seed: int = 0,
+    row_offset: int = 0,
+) -> list[tuple[float, str]]:
     """One response per record from a rollout backend, scored by the task's verifier, in chunks of
     ``batch_size``. Record i is sampled from the row stream (seed, row_offset + i), whatever the
     chunking (a data-parallel rank passes the global index of its first record)."""
     prompts = [task.prompt(r) for r in records]
     scored: list[tuple[float, str]] = []
     for i in range(0, len(prompts), batch_size):
-        batch = backend.generate(prompts[i : i + batch_size], 1, temperature=temperature, top_p=1.0,
-                                 max_new_tokens=max_new_tokens, seed=seed, row_offset=row_offset + i)
+        batch = backend.generate(
+            prompts[i : i + batch_size],
+            1,
+            temperature=temperature,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            row_offset=row_offset + i,
+        )
         scored += task.score_batch(batch.responses, records[i : i + batch_size], workers)
     return scored
 

@@ -51,9 +51,28 @@ __all__ = [
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 WORDS = (
-    "Current", "State", "Operations", "Operation", "Exploring", "Resulting", "Numbers",
-    "Generated", "Node", "Moving", "to", "from", "equal", "unequal", "No", "Solution",
-    "Goal", "Reached", "START", "END", "nums", "target",
+    "Current",
+    "State",
+    "Operations",
+    "Operation",
+    "Exploring",
+    "Resulting",
+    "Numbers",
+    "Generated",
+    "Node",
+    "Moving",
+    "to",
+    "from",
+    "equal",
+    "unequal",
+    "No",
+    "Solution",
+    "Goal",
+    "Reached",
+    "START",
+    "END",
+    "nums",
+    "target",
 )
 # Printable ASCII without the vertical tab, form feed and carriage return.
 CHARS = tuple(c for c in string.printable if c not in "\x0b\x0c\r")
@@ -111,8 +130,7 @@ def load_tokenizer(path: str | os.PathLike):
     p = Path(path)
     if not (p / "tokenizer.json").is_file():
         raise FileNotFoundError(
-            f"no tokenizer at {p} (expected {p / 'tokenizer.json'}); "
-            f"build it with `python -m rspo tokenizer --out {p}`"
+            f"no tokenizer at {p} (expected {p / 'tokenizer.json'}); build it with `python -m rspo tokenizer --out {p}`"
         )
     return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
 
@@ -127,10 +145,7 @@ def tokenizer_fingerprint(tok) -> str:
     spec = json.loads(tok.backend_tokenizer.to_str())
     spec.pop("padding", None)
     spec.pop("truncation", None)
-    specials = {
-        name: getattr(tok, name, None)
-        for name in ("pad_token", "bos_token", "eos_token", "unk_token")
-    }
+    specials = {name: getattr(tok, name, None) for name in ("pad_token", "bos_token", "eos_token", "unk_token")}
     blob = json.dumps({"backend": spec, "specials": specials}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
@@ -168,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Build the Countdown tokenizer and save it with save_pretrained.",
     )
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--style", default="steps", choices=STYLES,
-                    help="text style whose token counts are reported with --data (default steps)")
+    ap.add_argument(
+        "--style",
+        default="steps",
+        choices=STYLES,
+        help="text style whose token counts are reported with --data (default steps)",
+    )
     ap.add_argument("--data", help="optional split JSONL: check round-trips, report tokens/example")
     ap.add_argument("--limit", type=int, default=10_000, help="records of --data to check")
     args = ap.parse_args(argv)

@@ -70,7 +70,7 @@ def eval_run_name(family: str, model_dir: str) -> str:
 
 
 def _sqlite_path(uri: str) -> Path | None:
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
 
 @contextmanager
@@ -106,8 +106,9 @@ def ensure_experiment(uri: str, name: str) -> str:
         path = _sqlite_path(uri)
         if path is not None:
             artifact_root = (path.parent / "artifacts").resolve().as_uri()
-        return client.create_experiment(name, artifact_location=artifact_root,
-                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        return client.create_experiment(
+            name, artifact_location=artifact_root, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+        )
 
 
 def experiment_url(experiment_id: str, host: str = "http://127.0.0.1:5000") -> str:
@@ -140,8 +141,13 @@ def source_tags(source: str) -> dict[str, str]:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
-    return {"mlflow.source.name": source, "mlflow.source.type": "LOCAL",
-            "mlflow.source.git.commit": git_commit(), "mlflow.user": user, "command": command_line()[:5000]}
+    return {
+        "mlflow.source.name": source,
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.git.commit": git_commit(),
+        "mlflow.user": user,
+        "command": command_line()[:5000],
+    }
 
 
 @functools.lru_cache(maxsize=64)
@@ -201,9 +207,17 @@ def package_versions() -> dict[str, str]:
 class Tracker:
     """A thin MlflowClient wrapper bound to one run; resumable by run id."""
 
-    def __init__(self, uri: str, experiment: str, run_name: str, *, run_id: str | None = None,
-                 params: dict[str, str] | None = None, tags: dict[str, str] | None = None,
-                 source: str = "rspo") -> None:
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_name: str,
+        *,
+        run_id: str | None = None,
+        params: dict[str, str] | None = None,
+        tags: dict[str, str] | None = None,
+        source: str = "rspo",
+    ) -> None:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
@@ -231,8 +245,11 @@ class Tracker:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, step) for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and math.isfinite(float(v))]
+        items = [
+            Metric(k, float(v), ts, step)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and math.isfinite(float(v))
+        ]
         for i in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
 
@@ -249,8 +266,10 @@ class Tracker:
         from mlflow.entities import DatasetInput, InputTag
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-        have = {(d.dataset.name, d.dataset.digest, tuple(sorted((t.key, t.value) for t in d.tags)))
-                for d in self.client.get_run(self.run_id).inputs.dataset_inputs}
+        have = {
+            (d.dataset.name, d.dataset.digest, tuple(sorted((t.key, t.value) for t in d.tags)))
+            for d in self.client.get_run(self.run_id).inputs.dataset_inputs
+        }
         inputs = []
         for path, context in files:
             ds = file_dataset(path)
@@ -280,12 +299,20 @@ def report_run(uri: str, experiment: str, preset: str) -> str:
     exp_id = ensure_experiment(uri, experiment)
     with _store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
-        found = client.search_runs([exp_id], filter_string=f"attributes.run_name = '{REPORT_RUN}' "
-                                   "AND tags.kind = 'report'", order_by=["attributes.start_time ASC"], max_results=1)
+        found = client.search_runs(
+            [exp_id],
+            filter_string=f"attributes.run_name = '{REPORT_RUN}' AND tags.kind = 'report'",
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
+        )
         if found:
             return found[0].info.run_id
-        tags = {**source_tags("rspo report"), "kind": "report", "preset": preset,
-                "mlflow.note.content": f"Figures and tables of preset `{preset}` (none built yet)."}
+        tags = {
+            **source_tags("rspo report"),
+            "kind": "report",
+            "preset": preset,
+            "mlflow.note.content": f"Figures and tables of preset `{preset}` (none built yet).",
+        }
         run = client.create_run(exp_id, run_name=REPORT_RUN, tags=tags)
         client.set_terminated(run.info.run_id, "FINISHED")
         return run.info.run_id
@@ -299,8 +326,11 @@ def _report_note(client, run, preset: str) -> str:
         name = r.info.run_name
         if name not in ids or r.info.start_time > ids[name][0]:
             ids[name] = (r.info.start_time, r.info.run_id)
-    lines = [f"Figures and tables of preset `{preset}` (artifacts `figures/`, `tables/`); each target "
-             "lists the runs it was built from.", ""]
+    lines = [
+        f"Figures and tables of preset `{preset}` (artifacts `figures/`, `tables/`); each target "
+        "lists the runs it was built from.",
+        "",
+    ]
     for key in sorted(k for k in run.data.tags if k.startswith("runs/")):
         target = key.split("/", 1)[1]
         names = [n.strip() for n in run.data.tags[key].split(",") if n.strip()]
@@ -309,8 +339,9 @@ def _report_note(client, run, preset: str) -> str:
     return "\n".join(lines)
 
 
-def log_report(uri: str, experiment: str, preset: str, target: str, files: Iterable[str | Path],
-               built_from: list[str]) -> str:
+def log_report(
+    uri: str, experiment: str, preset: str, target: str, files: Iterable[str | Path], built_from: list[str]
+) -> str:
     """Log a figure's or table's files into the report run, tag it with the runs it was built
     from (``runs/<target>``: MLflow run names) and refresh the run's description; -> run id."""
     from mlflow.tracking import MlflowClient
@@ -351,8 +382,17 @@ def init_main(argv: list[str] | None = None) -> int:
     name, experiment, uri = _preset_store(args.preset, args.uri)
     exp_id = ensure_experiment(uri, experiment)
     run_id = report_run(uri, experiment, name)
-    print(json.dumps({"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id,
-                      "report_run_id": run_id, "ui": experiment_url(exp_id)}))
+    print(
+        json.dumps(
+            {
+                "tracking_uri": uri,
+                "experiment": experiment,
+                "experiment_id": exp_id,
+                "report_run_id": run_id,
+                "ui": experiment_url(exp_id),
+            }
+        )
+    )
     return 0
 
 
@@ -384,15 +424,38 @@ def ui_main(argv: list[str] | None = None) -> int:
     experiment = args.experiment or experiment
     path = _sqlite_path(uri)
     if path is not None and not path.is_file():
-        print(f"rspo mlflow-ui: no MLflow store at {path} (run the workflow, or `python -m rspo mlflow-init`, first)",
-              file=sys.stderr)
+        print(
+            f"rspo mlflow-ui: no MLflow store at {path} (run the workflow, or `python -m rspo mlflow-init`, first)",
+            file=sys.stderr,
+        )
         return 2
     exp_id = ensure_experiment(uri, experiment)  # also marks an older experiment as model training
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-           "--port", str(args.port), "--workers", str(args.workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--workers",
+        str(args.workers),
+    ]
     if path is not None:  # artifacts next to the store, never ./mlartifacts in the cwd
         cmd += ["--default-artifact-root", (path.parent / "artifacts").resolve().as_uri()]
-    print(json.dumps({"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri,
-                      "ui": experiment_url(exp_id, f"http://{args.host}:{args.port}")}), flush=True)
+    print(
+        json.dumps(
+            {
+                "experiment": experiment,
+                "experiment_id": exp_id,
+                "tracking_uri": uri,
+                "ui": experiment_url(exp_id, f"http://{args.host}:{args.port}"),
+            }
+        ),
+        flush=True,
+    )
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover - execv does not return

@@ -29,9 +29,18 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+]
 
 
 def chromium() -> str | None:
@@ -64,9 +73,20 @@ def wait_healthy(base: str, proc: subprocess.Popen, timeout: float) -> bool:
 
 def browse(binary: str, url: str, out_flag: str, budget_ms: int, size: str, timeout: float) -> str:
     with tempfile.TemporaryDirectory(prefix="rspo-chromium-") as profile:
-        r = subprocess.run([binary, *FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
-                            f"--virtual-time-budget={budget_ms}", out_flag, url],
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [
+                binary,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={size}",
+                f"--virtual-time-budget={budget_ms}",
+                out_flag,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     return r.stdout
 
 

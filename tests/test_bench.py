@@ -12,8 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_bench_prints_table_and_json(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
     out = tmp_path / "bench.json"
-    assert main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "1",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "1", "--out", str(out)])
+        == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     for key in ("rs_throughput_ratio", "router_cache_bytes_per_token_layer_k", "rollout_tokens_per_s"):
@@ -26,8 +28,12 @@ def test_bench_prints_table_and_json(capsys, tmp_path, monkeypatch):
 def test_bench_data_parallel_table(capsys, tmp_path):
     """--data-parallel 2: the same RSPO run through `rspo train` in 1 process and under torchrun
     with 2 gloo processes; the table has both rows and the runs agree step by step."""
-    assert main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "2",
-                 "--data-parallel", "2"]) == 0
+    assert (
+        main(
+            ["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "2", "--data-parallel", "2"]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     dp = json.loads(lines[-1])["data_parallel"]
     assert dp["processes"] == 2 and list(dp["rows"]) == ["1 x 2 threads", "2 x 1 threads"]
@@ -50,9 +56,26 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
     from rspo.speed import main as speed_main
 
     out = tmp_path / "speed.json"
-    assert speed_main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "1",
-                       "--deep-layers", "3", "--contenders", "rspo,raw train,generate", "--quiet",
-                       "--out", str(out)]) == 0
+    assert (
+        speed_main(
+            [
+                "--preset",
+                str(ROOT / "configs" / "smoke.yaml"),
+                "--steps",
+                "1",
+                "--threads",
+                "1",
+                "--deep-layers",
+                "3",
+                "--contenders",
+                "rspo,raw train,generate",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert set(result) >= {"update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate", "models"}
@@ -71,8 +94,22 @@ def test_speed_against_trl(capsys):
     pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
     from rspo.speed import main as speed_main
 
-    assert speed_main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--steps", "1", "--threads", "1",
-                       "--deep-layers", "0", "--quiet"]) == 0
+    assert (
+        speed_main(
+            [
+                "--preset",
+                str(ROOT / "configs" / "smoke.yaml"),
+                "--steps",
+                "1",
+                "--threads",
+                "1",
+                "--deep-layers",
+                "0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["step_time_ratio_vs_trl"] > 0
     assert set(result["models"][0]["median"]) == {"rspo", "trl", "raw train", "generate"}

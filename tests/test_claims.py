@@ -19,16 +19,19 @@ def test_t_interval_matches_the_textbook_value():
     assert all(math.isnan(x) for x in t_interval([5.0])[1:3])
 
 
-@pytest.mark.parametrize("low, high, margin, expected", [
-    (0.5, 4.0, 2.0, SUPPORTED),           # excludes 0 on the claimed side
-    (0.1, 0.3, 2.0, SUPPORTED),           # small but on the claimed side
-    (-3.0, -1.0, 2.0, NOT_SUPPORTED),     # the opposite direction
-    (-1.0, 1.5, 2.0, NOT_SUPPORTED),      # a material effect (>= 2) is excluded
-    (-1.0, 3.0, 2.0, INCONCLUSIVE),       # includes 0 and a material effect
-    (-1.0, 0.5, 0.0, INCONCLUSIVE),       # margin 0: only the opposite direction can refute
-    (-1.0, -0.1, 0.0, NOT_SUPPORTED),
-    (float("nan"), float("nan"), 2.0, INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    "low, high, margin, expected",
+    [
+        (0.5, 4.0, 2.0, SUPPORTED),  # excludes 0 on the claimed side
+        (0.1, 0.3, 2.0, SUPPORTED),  # small but on the claimed side
+        (-3.0, -1.0, 2.0, NOT_SUPPORTED),  # the opposite direction
+        (-1.0, 1.5, 2.0, NOT_SUPPORTED),  # a material effect (>= 2) is excluded
+        (-1.0, 3.0, 2.0, INCONCLUSIVE),  # includes 0 and a material effect
+        (-1.0, 0.5, 0.0, INCONCLUSIVE),  # margin 0: only the opposite direction can refute
+        (-1.0, -0.1, 0.0, NOT_SUPPORTED),
+        (float("nan"), float("nan"), 2.0, INCONCLUSIVE),
+    ],
+)
 def test_verdict_rule(low, high, margin, expected):
     assert verdict(low, high, margin) == expected
 
@@ -61,12 +64,21 @@ def test_effects_are_paired_by_seed_on_synthetic_measures():
 
 
 def test_run_measures_read_the_run_files(tmp_path):
-    (tmp_path / "countdown.json").write_text(json.dumps(
-        {"splits": {"val": {"accuracy": 0.5, "n": 400}, "val_target": {"accuracy": 0.25, "n": 200}}}))
+    (tmp_path / "countdown.json").write_text(
+        json.dumps({"splits": {"val": {"accuracy": 0.5, "n": 400}, "val_target": {"accuracy": 0.25, "n": 200}}})
+    )
     assert claims.pooled_accuracy(tmp_path / "countdown.json", ["val", "val_target"]) == pytest.approx(100 * 250 / 600)
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
-        {"step": 0, "val/val/score": 0.5}, {"step": 1, "critic/score/mean": 0.3}, {"step": 10, "val/val/score": 0.7},
-        {"step": 20, "val/val/score": 0.4}]))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"step": 0, "val/val/score": 0.5},
+                {"step": 1, "critic/score/mean": 0.3},
+                {"step": 10, "val/val/score": 0.7},
+                {"step": 20, "val/val/score": 0.4},
+            ]
+        )
+    )
     assert claims.val_drop(tmp_path / "metrics.jsonl") == pytest.approx(30.0)
     (tmp_path / "final.json").write_text(json.dumps({"collapsed": True, "collapse_step": 41, "steps": 100}))
     assert claims.steps_to_collapse(tmp_path / "final.json") == 41

@@ -87,8 +87,9 @@ def test_small_grid_trains_shared_runs_once():
 
 
 def test_load_train_config_applies_grid_and_overrides(tmp_path):
-    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.5-s0",
-                            ["optim.lr=0.001", "schedule.total_steps=3"])
+    cfg = load_train_config(
+        ROOT / "configs" / "small.yaml", "gmpo-rs0.5-s0", ["optim.lr=0.001", "schedule.total_steps=3"]
+    )
     assert cfg.algorithm.algo == "gmpo" and cfg.algorithm.router_shift and cfg.algorithm.gamma_min == 0.5
     assert cfg.optim.lr == 0.001 and cfg.schedule.total_steps == 3
     assert cfg.run_name == "gmpo-rs0.5-s0" and cfg.preset == "small"

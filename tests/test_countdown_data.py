@@ -99,9 +99,7 @@ def test_dfs_trace_hand_worked():
 def test_dfs_trace_pruned_to_failure():
     # 73 is prime, so mult_heuristic of every child of [84, 9, 2, 4] exceeds 73: all pruned,
     # the trace is the root line only (their search fails; the problem is still solvable).
-    assert dfs_search_path(73, [84, 9, 2, 4], "mult_heuristic") == (
-        "Current State: 73:[84, 9, 2, 4], Operations: []\n"
-    )
+    assert dfs_search_path(73, [84, 9, 2, 4], "mult_heuristic") == ("Current State: 73:[84, 9, 2, 4], Operations: []\n")
     assert rating("Current State: 73:[84, 9, 2, 4], Operations: []\n", 4) == 0.0
 
 
@@ -172,8 +170,7 @@ def test_vectorised_solvability_matches_scalar_search():
         nums = rng.integers(0 if hi < 10 else 1, hi + 1, size=(600, n))
         target = rng.integers(0, tmax + 1, size=600)
         fast = solver._solvable_batch(nums.astype(np.int64), target.astype(np.int64))
-        slow = [first_solution(int(t), row.tolist()) is not None
-                for row, t in zip(nums, target, strict=True)]
+        slow = [first_solution(int(t), row.tolist()) is not None for row, t in zip(nums, target, strict=True)]
         assert fast.tolist() == slow
         assert 0 < sum(slow) < 600  # both outcomes exercised
 
@@ -194,9 +191,22 @@ def generated(request, tmp_path_factory):
         sizes = {"train": 500, "val": 120, "val_target": 80}
     else:
         sizes = {"train": 250, "val": 60, "val_target": 40}
-    rc = main(["--out", str(out), "--num-numbers", str(n), "--train-size", str(sizes["train"]),
-               "--val-size", str(sizes["val"]), "--val-target-size", str(sizes["val_target"]),
-               "--seed", "7"])
+    rc = main(
+        [
+            "--out",
+            str(out),
+            "--num-numbers",
+            str(n),
+            "--train-size",
+            str(sizes["train"]),
+            "--val-size",
+            str(sizes["val"]),
+            "--val-target-size",
+            str(sizes["val_target"]),
+            "--seed",
+            "7",
+        ]
+    )
     assert rc == 0
     return n, out, sizes
 
@@ -226,8 +236,16 @@ def test_every_record_is_solved_and_well_formed(generated):
             if reached:
                 assert score(rec["search_path"], rec["nums"], rec["target"]) == (1.0, "ok")
             assert rec["search_path"] == dfs_search_path(rec["target"], rec["nums"], rec["heuristic"])
-            assert list(rec) == ["nums", "target", "solution", "search_path", "rating", "search_type",
-                                 "optimal_path", "heuristic"]
+            assert list(rec) == [
+                "nums",
+                "target",
+                "solution",
+                "search_path",
+                "rating",
+                "search_type",
+                "optimal_path",
+                "heuristic",
+            ]
 
 
 def test_split_disjointness(generated):
@@ -283,8 +301,10 @@ def test_no_traces_records_rebuild_the_same_text(tmp_path):
 
 def test_three_numbers_preset_and_override(tmp_path):
     preset = tmp_path / "p.yaml"
-    preset.write_text("countdown:\n  num_numbers: 3\n  train_size: 40\n  val_size: 10\n"
-                      "  val_target_size: 10\n  max_number: 20\n  seed: 5\n")
+    preset.write_text(
+        "countdown:\n  num_numbers: 3\n  train_size: 40\n  val_size: 10\n"
+        "  val_target_size: 10\n  max_number: 20\n  seed: 5\n"
+    )
     assert main(["--out", str(tmp_path / "o"), "--preset", str(preset), "--train-size", "25"]) == 0
     meta = json.loads((tmp_path / "o" / "meta.json").read_text())
     assert meta["counts"] == {"train": 25, "val": 10, "val_target": 10}
@@ -298,15 +318,17 @@ def test_three_numbers_preset_and_override(tmp_path):
 
 
 def test_formats():
-    rec = {"nums": [67, 34, 12], "target": 89, "solution": ["67+34=101", "101-12=89"],
-           "heuristic": "sum_heuristic"}
+    rec = {"nums": [67, 34, 12], "target": 89, "solution": ["67+34=101", "101-12=89"], "heuristic": "sum_heuristic"}
     assert format_prompt(rec, "steps") == "nums 67 34 12 target 89:"
     assert format_completion(rec, "steps") == "67+34=101,101-12=89"
     for style in ("optimal_path", "search_path"):
         prompt, completion = format_prompt(rec, style), format_completion(rec, style)
         assert prompt == "START Current State: 89:[67, 34, 12], Operations: []\n"
-        trace = optimal_path(89, [67, 34, 12], rec["solution"]) if style == "optimal_path" else \
-            dfs_search_path(89, [67, 34, 12], "sum_heuristic")
+        trace = (
+            optimal_path(89, [67, 34, 12], rec["solution"])
+            if style == "optimal_path"
+            else dfs_search_path(89, [67, 34, 12], "sum_heuristic")
+        )
         assert prompt + completion == "START " + trace
         assert score(completion, rec["nums"], rec["target"])[0] == (1.0 if "Goal" in trace else 0.0)
     with pytest.raises(ValueError, match="style"):
@@ -334,12 +356,16 @@ def test_load_split_errors(tmp_path):
     msg = r"unsolvable\.jsonl:2: unsolvable record.*final result 89 != target 90"
     with pytest.raises(ValueError, match=msg):
         load_split(unsolvable)
-    for broken, msg in [({"nums": [67, 34, 12], "target": 89}, "missing field"),
-                        (_good_record() | {"target": "89"}, "'target' must be an int"),
-                        (_good_record() | {"nums": [67]}, "'nums' must be"),
-                        (_good_record() | {"optimal_path": "Current State: 89:[1], Operations: []\n"},
-                         "'optimal_path' is not a valid path"),
-                        ([1, 2], "not a JSON object")]:
+    for broken, msg in [
+        ({"nums": [67, 34, 12], "target": 89}, "missing field"),
+        (_good_record() | {"target": "89"}, "'target' must be an int"),
+        (_good_record() | {"nums": [67]}, "'nums' must be"),
+        (
+            _good_record() | {"optimal_path": "Current State: 89:[1], Operations: []\n"},
+            "'optimal_path' is not a valid path",
+        ),
+        ([1, 2], "not a JSON object"),
+    ]:
         path = tmp_path / "broken.jsonl"
         path.write_text(json.dumps(broken) + "\n")
         with pytest.raises(ValueError, match=r"broken\.jsonl:1: .*" + msg):
@@ -381,8 +407,16 @@ def test_cli_preset_errors(tmp_path, capsys):
 
 def test_impossible_problem_space_errors():
     # Two numbers from 1..2 can make at most 4 (2*2 or 2+2): target 50 is unreachable.
-    cfg = CountdownConfig(num_numbers=2, max_number=2, min_target=50, max_target=50,
-                          train_size=1, val_size=0, val_target_size=0, heldout_target_frac=0.0)
+    cfg = CountdownConfig(
+        num_numbers=2,
+        max_number=2,
+        min_target=50,
+        max_target=50,
+        train_size=1,
+        val_size=0,
+        val_target_size=0,
+        heldout_target_frac=0.0,
+    )
     with pytest.raises(ValueError, match="no solvable problem for target"):
         generate_split(cfg, "train", 3, [50])
 
@@ -398,12 +432,17 @@ def test_killed_run_leaves_no_file_that_looks_done(tmp_path, monkeypatch):
         return real(*a, **k)
 
     out = tmp_path / "o"
-    assert main(["--out", str(out), "--num-numbers", "3", "--train-size", "20", "--val-size", "5",
-                 "--val-target-size", "5"]) == 0
+    assert (
+        main(
+            ["--out", str(out), "--num-numbers", "3", "--train-size", "20", "--val-size", "5", "--val-target-size", "5"]
+        )
+        == 0
+    )
     monkeypatch.setattr(generator, "make_record", flaky)
     with pytest.raises(KeyboardInterrupt):
-        main(["--out", str(out), "--num-numbers", "3", "--train-size", "50", "--val-size", "5",
-              "--val-target-size", "5"])
+        main(
+            ["--out", str(out), "--num-numbers", "3", "--train-size", "50", "--val-size", "5", "--val-target-size", "5"]
+        )
     assert not (out / "meta.json").exists()  # the stale meta of the first run is gone
     assert len(_read(out / "train.jsonl")) == 20  # the old file is untouched, not half-rewritten
     assert not list(out.glob(".*tmp"))
@@ -413,14 +452,47 @@ def test_cli_in_a_log_writes_parseable_progress_lines_per_split(tmp_path, capsys
     from rspo.progress import parse_line
 
     sizes = {"train": 300, "val": 20, "val_target": 10}
-    assert main(["--out", str(tmp_path / "a"), "--num-numbers", "3", "--train-size", "300", "--val-size", "20",
-                 "--val-target-size", "10", "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "--out",
+                str(tmp_path / "a"),
+                "--num-numbers",
+                "3",
+                "--train-size",
+                "300",
+                "--val-size",
+                "20",
+                "--val-target-size",
+                "10",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     rows = [r for r in map(parse_line, capsys.readouterr().err.splitlines()) if r is not None]
     for split, size in sizes.items():
         mine = [r for r in rows if r["label"] == f"generate {split}"]
         assert mine[0]["step"] == 1 and mine[-1]["step"] == mine[-1]["total"] == size, mine
         assert {r["unit"] for r in mine} == {"record"}
     assert [r["step"] for r in rows if r["label"] == "generate train"] == [1] + list(range(3, 301, 3))
-    assert main(["--out", str(tmp_path / "b"), "--num-numbers", "3", "--train-size", "30", "--val-size", "5",
-                 "--val-target-size", "5", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--out",
+                str(tmp_path / "b"),
+                "--num-numbers",
+                "3",
+                "--train-size",
+                "30",
+                "--val-size",
+                "5",
+                "--val-target-size",
+                "5",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert not [ln for ln in capsys.readouterr().err.splitlines() if parse_line(ln)]

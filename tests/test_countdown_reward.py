@@ -209,8 +209,9 @@ def test_trace_without_goal():
     text = SEARCH_OK.split("73,73 equal")[0]
     assert score(text, NUMS, TARGET) == (0.0, "goal not reached")
     # "unequal: No Solution" is not a goal.
-    assert score("Exploring Operation: 93-8=85, Resulting Numbers: [85]\n85,73 unequal: No Solution\n",
-                 NUMS, TARGET) == (0.0, "goal not reached")
+    assert score(
+        "Exploring Operation: 93-8=85, Resulting Numbers: [85]\n85,73 unequal: No Solution\n", NUMS, TARGET
+    ) == (0.0, "goal not reached")
 
 
 def test_trace_goal_without_operation():
@@ -228,8 +229,12 @@ def test_trace_unparsable_final_operation():
 
 @pytest.mark.parametrize(
     "suffix",
-    ["<eos>", "Exploring Operation: 1+1=3, Resulting Numbers: [3]\n3,73 equal: Goal Reached\n",
-     "END " * 50, "\x00\x01garbage"],
+    [
+        "<eos>",
+        "Exploring Operation: 1+1=3, Resulting Numbers: [3]\n3,73 equal: Goal Reached\n",
+        "END " * 50,
+        "\x00\x01garbage",
+    ],
 )
 def test_trace_trailing_garbage_after_goal(suffix):
     assert score(SEARCH_OK + suffix, NUMS, TARGET) == (1.0, "ok")
@@ -285,9 +290,20 @@ def test_score_batch_and_bad_problem():
 # Fuzzing: never raises, reward in {0.0, 1.0}, reason a str.
 
 ALPHABET = string.digits + "+-*/=,:[]#' \n\t"
-WORDS = ["Current State: ", "Operations: ", "Exploring Operation: ", "Resulting Numbers: ",
-         "Generated Node #", "Moving to Node #", " equal: Goal Reached", " unequal: No Solution",
-         "START ", "'", "[", "]"]
+WORDS = [
+    "Current State: ",
+    "Operations: ",
+    "Exploring Operation: ",
+    "Resulting Numbers: ",
+    "Generated Node #",
+    "Moving to Node #",
+    " equal: Goal Reached",
+    " unequal: No Solution",
+    "START ",
+    "'",
+    "[",
+    "]",
+]
 VALID = [STEPS_OK, OPTIMAL_OK, SEARCH_OK]
 
 
@@ -312,8 +328,7 @@ def test_fuzz_countdown_alphabet(parts):
 
 
 EDITS = st.lists(
-    st.tuples(st.sampled_from(["ins", "del", "sub"]), st.floats(0, 1),
-              st.sampled_from(list(ALPHABET) + ["9" * 20])),
+    st.tuples(st.sampled_from(["ins", "del", "sub"]), st.floats(0, 1), st.sampled_from(list(ALPHABET) + ["9" * 20])),
     max_size=6,
 )
 

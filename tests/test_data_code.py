@@ -39,12 +39,20 @@ def test_taco_encoding():
     assert all(r["source"] == "deepcoder/taco" for r in recs)
     assert [r["solution"] for r in recs] == [r["solutions"][0] for r in raw]
     stdin, call, lines = (r["tests"] for r in recs)
-    assert stdin == {"kind": "stdin", "cases": [{"input": "3\n", "output": "9\n"}, {"input": "0\n", "output": "0\n"},
-                                                {"input": "-4\n", "output": "16\n"}]}
+    assert stdin == {
+        "kind": "stdin",
+        "cases": [
+            {"input": "3\n", "output": "9\n"},
+            {"input": "0\n", "output": "0\n"},
+            {"input": "-4\n", "output": "16\n"},
+        ],
+    }
     # call-based: argument lists kept, APPS-wrapped outputs [v] unwrapped
-    assert call == {"kind": "functional", "fn_name": "digit_sum",
-                    "cases": [{"input": [0], "output": 0}, {"input": [123], "output": 6},
-                              {"input": [9999], "output": 36}]}
+    assert call == {
+        "kind": "functional",
+        "fn_name": "digit_sum",
+        "cases": [{"input": [0], "output": 0}, {"input": [123], "output": 6}, {"input": [9999], "output": 36}],
+    }
     assert recs[1]["starter_code"] == "def digit_sum(n):\n\t"
     # stdin given as lists of lines
     assert lines["cases"][1] == {"input": "hello\nworld", "output": "world\nhello"}
@@ -54,9 +62,15 @@ def test_primeintellect_encoding():
     recs, _ = _load("deepcoder_primeintellect")
     stdin, fn = (r["tests"] for r in recs)
     assert stdin["kind"] == "stdin" and stdin["cases"][0] == {"input": "2\n1 2\n5 3\n", "output": "2\n5\n"}
-    assert fn == {"kind": "functional", "fn_name": "count_words",
-                  "cases": [{"input": ["a b c"], "output": 3}, {"input": [""], "output": 0},
-                            {"input": ["  two  words "], "output": 2}]}
+    assert fn == {
+        "kind": "functional",
+        "fn_name": "count_words",
+        "cases": [
+            {"input": ["a b c"], "output": 3},
+            {"input": [""], "output": 0},
+            {"input": ["  two  words "], "output": 2},
+        ],
+    }
     assert all(r["source"] == "deepcoder/primeintellect" for r in recs)
 
 
@@ -66,12 +80,15 @@ def test_lcbv5_encoding_and_undated_rows():
     stdin, fn = (r["tests"] for r in recs)
     assert stdin["cases"] == [{"input": "3\n", "output": "AAA\n"}, {"input": "1\n", "output": "A\n"}]
     # functional: each input line json.loads-ed into one positional argument, output json.loads-ed
-    assert fn == {"kind": "functional", "fn_name": "evenIndexSum",
-                  "cases": [{"input": [[1, 2, 3]], "output": 4}, {"input": [[5]], "output": 5}]}
+    assert fn == {
+        "kind": "functional",
+        "fn_name": "evenIndexSum",
+        "cases": [{"input": [[1, 2, 3]], "output": 4}, {"input": [[5]], "output": 5}],
+    }
 
 
 def test_lcb_multi_argument_functional_and_metadata_forms():
-    tests = [{"input": "[1, 2]\n\"ab\"\n{\"k\": null}", "output": "[true, 2.5]", "testtype": "functional"}]
+    tests = [{"input": '[1, 2]\n"ab"\n{"k": null}', "output": "[true, 2.5]", "testtype": "functional"}]
     for md in ({"func_name": "f"}, json.dumps({"func_name": "f"})):
         row = {"problem": "p", "starter_code": "", "tests": json.dumps(tests), "metadata": md}
         (r,) = c.normalise_deepcoder([row], "lcbv5")
@@ -91,8 +108,15 @@ def test_deepcoder_date_cut_when_a_date_is_present():
 
 def test_bad_deepcoder_rows_are_dropped_and_counted():
     good = _raw("deepcoder_taco")[0]
-    mixed = {**good, "tests": json.dumps([{"type": "stdin_stdout", "input": "1", "output": "1"},
-                                          {"type": "function_call", "fn_name": "f", "input": [1], "output": [1]}])}
+    mixed = {
+        **good,
+        "tests": json.dumps(
+            [
+                {"type": "stdin_stdout", "input": "1", "output": "1"},
+                {"type": "function_call", "fn_name": "f", "input": [1], "output": [1]},
+            ]
+        ),
+    }
     unequal = {**good, "tests": json.dumps({"inputs": ["1"], "outputs": []})}
     notjson = {**good, "tests": "{oops"}
     nofn = {**good, "tests": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}])}
@@ -126,9 +150,15 @@ def test_leetcode_cases_cut_and_listnode_drop():
     (r,) = recs
     assert r["source"] == "leetcode" and r["prompt"].startswith("Given an integer array nums and an integer k")
     # keyword args put in signature order (nums, k); positional call kept; `-inf` assert skipped
-    assert r["tests"] == {"kind": "functional", "fn_name": "countEven",
-                          "cases": [{"input": [[1, 2, 4], 3], "output": 1}, {"input": [[2, 2], 0], "output": 2},
-                                    {"input": [[], 5], "output": 0}]}
+    assert r["tests"] == {
+        "kind": "functional",
+        "fn_name": "countEven",
+        "cases": [
+            {"input": [[1, 2, 4], 3], "output": 1},
+            {"input": [[2, 2], 0], "output": 2},
+            {"input": [[], 5], "output": 0},
+        ],
+    }
     assert "class Solution" in r["solution"]
 
 
@@ -145,11 +175,17 @@ def test_leetcode_real_row_decodes_all_asserts_and_canonical_passes():
 def test_leetcode_input_output_fallback_when_test_is_absent():
     row = dict(_raw("leetcode_sample")[0])
     row.pop("test")
-    row["input_output"] = row["input_output"] + [{"input": "nums = [1], k = 1", "output": "Error: boom"},
-                                                  {"input": "nums = [true], k = null", "output": "0"}]
+    row["input_output"] = row["input_output"] + [
+        {"input": "nums = [1], k = 1", "output": "Error: boom"},
+        {"input": "nums = [true], k = null", "output": "0"},
+    ]
     (r,) = c.normalise_leetcode([row])
-    assert r["tests"]["cases"] == [{"input": [[1, 2, 4], 3], "output": 1}, {"input": [[2, 2], 0], "output": 2},
-                                   {"input": [[], 5], "output": 0}, {"input": [[True], None], "output": 0}]
+    assert r["tests"]["cases"] == [
+        {"input": [[1, 2, 4], 3], "output": 1},
+        {"input": [[2, 2], 0], "output": 2},
+        {"input": [[], 5], "output": 0},
+        {"input": [[True], None], "output": 0},
+    ]
 
 
 # ---------------------------------------------------------------------------------- LCB release rows
@@ -249,8 +285,10 @@ def test_prepare_code_cli(tmp_path, capsys):
     c.validate_code_record(recs[0])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["stats"]["leetcode:after_cutoff"] == 1
-    assert prepare_main(["code", "--out", str(out), "--source", f"{FX}/leetcode_sample.jsonl",
-                         "--cutoff", "2030-01-01"]) == 0
+    assert (
+        prepare_main(["code", "--out", str(out), "--source", f"{FX}/leetcode_sample.jsonl", "--cutoff", "2030-01-01"])
+        == 0
+    )
     assert len(out.read_text().splitlines()) == 2
     assert prepare_main(["code", "--out", str(out), "--source", "fallback", "--limit", "5", "--seed", "1"]) == 0
     assert [json.loads(x) for x in out.read_text().splitlines()] == c.load_code_train("fallback", limit=5, seed=1)

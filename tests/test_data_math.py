@@ -122,8 +122,9 @@ def test_hub_loader_uses_the_pinned_revision(monkeypatch):
 
     def fake_load(repo, split=None, revision=None, **kw):
         seen.update(repo=repo, split=split, revision=revision)
-        return FakeDS([{"problem": "p1", "solution": "", "answer": "1"},
-                       {"problem": "p2", "solution": "s", "answer": "2"}])
+        return FakeDS(
+            [{"problem": "p1", "solution": "", "answer": "1"}, {"problem": "p2", "solution": "s", "answer": "2"}]
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     recs = m.load_math_train("hub", limit=1)
@@ -171,8 +172,10 @@ def test_text_tokenizer_round_trip_and_offline_reload(tmp_path):
     from rspo.data.text_tokenizer import train_text_tokenizer
     from rspo.prompts import math_prompt
 
-    texts = [math_prompt(r["prompt"]) + " The answer is \\boxed{" + r["answer"] + "}."
-             for r in m.load_math_train("fallback", limit=300)]
+    texts = [
+        math_prompt(r["prompt"]) + " The answer is \\boxed{" + r["answer"] + "}."
+        for r in m.load_math_train("fallback", limit=300)
+    ]
     hf = train_text_tokenizer(texts, 320, tmp_path / "tok")
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     assert len(tok) == len(hf) == 320

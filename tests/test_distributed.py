@@ -29,25 +29,51 @@ def assets(tmp_path_factory):
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                             "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **extra)
     return env
 
 
 def train(assets, out, nproc, *extra, algo=("algorithm.algo=gmpo", "algorithm.router_shift=true"), mlflow=None):
-    args = ["--preset", str(ROOT / "configs" / "smoke.yaml"), "--base-model", str(assets / "base"),
-            "--train-data", str(assets / "data" / "train.jsonl"), "--val", f"val={assets / 'data' / 'val.jsonl'}",
-            "--out", str(out), "--threads", str(nproc)]
-    sets = [*algo, "rollout.max_new_tokens=10", "optim.lr=3e-2", "schedule.total_steps=3",
-            "schedule.micro_batch_size=4", "schedule.val_every=3", "schedule.val_size=7", "schedule.ppo_epochs=2",
-            "schedule.keep_checkpoints=3", *extra]
+    args = [
+        "--preset",
+        str(ROOT / "configs" / "smoke.yaml"),
+        "--base-model",
+        str(assets / "base"),
+        "--train-data",
+        str(assets / "data" / "train.jsonl"),
+        "--val",
+        f"val={assets / 'data' / 'val.jsonl'}",
+        "--out",
+        str(out),
+        "--threads",
+        str(nproc),
+    ]
+    sets = [
+        *algo,
+        "rollout.max_new_tokens=10",
+        "optim.lr=3e-2",
+        "schedule.total_steps=3",
+        "schedule.micro_batch_size=4",
+        "schedule.val_every=3",
+        "schedule.val_size=7",
+        "schedule.ppo_epochs=2",
+        "schedule.keep_checkpoints=3",
+        *extra,
+    ]
     for s in sets:
         args += ["--set", s]
     if mlflow is None:
         args.append("--no-mlflow")
-    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                    "--nproc-per-node", str(nproc)]
+    launcher = (
+        [sys.executable]
+        if nproc == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    )
     env = _env(**({"MLFLOW_TRACKING_URI": mlflow} if mlflow else {}))
     proc = subprocess.run([*launcher, str(WORKER), *args], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -132,10 +158,12 @@ def test_two_processes_with_index_replay_equal_one_process(assets, tmp_path):
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(assets):
-    rl = {"model": {"path": str(assets / "base")},
-          "data": {"task": "countdown", "train_path": str(assets / "data" / "train.jsonl")},
-          "rollout": {"group_size": 3},
-          "schedule": {"total_steps": 1, "prompts_per_step": 6, "mini_batch_prompts": 3}}
+    rl = {
+        "model": {"path": str(assets / "base")},
+        "data": {"task": "countdown", "train_path": str(assets / "data" / "train.jsonl")},
+        "rollout": {"group_size": 3},
+        "schedule": {"total_steps": 1, "prompts_per_step": 6, "mini_batch_prompts": 3},
+    }
     cfg = train_config_from_dict(rl, seed=0, run_name="t")
     check_world_size(cfg, 3)
     with pytest.raises(ValueError, match="schedule.prompts_per_step"):

@@ -44,16 +44,29 @@ def old_cache(model, ids, attn):
         for name, p in old.named_parameters():
             if name.endswith("mlp.gate.weight"):
                 p.add_(0.5 * torch.randn_like(p))
-    _, cache = forward_with_router_cache(old, keep_logits=True, input_ids=ids, attention_mask=attn,
-                                         position_ids=position_ids_from_mask(attn))
+    _, cache = forward_with_router_cache(
+        old, keep_logits=True, input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)
+    )
     return cache
 
 
 def run(model, ids, attn, resp, P, share, routing=RoutingMode.NONE, cache=None, temperature=1.0):
     model.zero_grad(set_to_none=True)
     groups = torch.arange(ids.shape[0]) // G
-    with policy_forward(model, ids, attn, resp, P, groups, temperature=temperature, with_entropy=True,
-                        capture=True, routing=routing, cache=cache, share_prompts=share) as (out, win):
+    with policy_forward(
+        model,
+        ids,
+        attn,
+        resp,
+        P,
+        groups,
+        temperature=temperature,
+        with_entropy=True,
+        capture=True,
+        routing=routing,
+        cache=cache,
+        share_prompts=share,
+    ) as (out, win):
         (out.logp.sum() + 0.1 * out.entropy.sum()).backward()  # router logits: compared by value only
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return out, win, grads
@@ -90,8 +103,9 @@ def test_the_window_trims_padding_only_and_scores_the_sampling_temperature():
     assert lo == 1 and hi == P + int(resp.sum(1).max())  # the first column and the last are padding
     T = 1.7
     with torch.no_grad():
-        with policy_forward(model, ids, attn, resp, P, torch.arange(ids.shape[0]) // G, temperature=T,
-                            with_entropy=True) as (out, _):
+        with policy_forward(
+            model, ids, attn, resp, P, torch.arange(ids.shape[0]) // G, temperature=T, with_entropy=True
+        ) as (out, _):
             pass
         full = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits
     logp_all = F.log_softmax(full[:, P - 1 : -1] / T, dim=-1)  # (B, R + 1, V) untrimmed reference

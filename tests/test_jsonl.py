@@ -17,8 +17,13 @@ def test_reads_objects_with_line_numbers_skipping_blank_lines(tmp_path):
     assert [obj for _, obj in iter_jsonl(gz)] == [{"a": 1}, {"c": [1, 2]}]
 
 
-@pytest.mark.parametrize("text,message", [('{"a": 1}\n{broken\n', r"x\.jsonl:2: malformed JSON line"),
-                                          ('[1, 2]\n', r"x\.jsonl:1: not a JSON object \(got list\)")])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"a": 1}\n{broken\n', r"x\.jsonl:2: malformed JSON line"),
+        ("[1, 2]\n", r"x\.jsonl:1: not a JSON object \(got list\)"),
+    ],
+)
 def test_bad_lines_name_file_and_line(tmp_path, text, message):
     p = tmp_path / "x.jsonl"
     p.write_text(text)

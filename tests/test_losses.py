@@ -205,14 +205,32 @@ def test_stop_gradient_controls_the_gamma_graph(algo):
     log_prob, old, adv, mask, gamma = random_batch(seed=5)
     gamma = (gamma * 0.2 + 0.8).clamp(max=1.0)  # in [0.9, 1): above gamma_min, so max() passes its grad
     g_sg = gamma.clone().requires_grad_(True)
-    loss, _ = compute_policy_loss(algo, log_prob.clone().requires_grad_(True), old, adv, mask,
-                                  gamma=g_sg, stop_gradient=True, clip_low=10.0, clip_high=10.0)
+    loss, _ = compute_policy_loss(
+        algo,
+        log_prob.clone().requires_grad_(True),
+        old,
+        adv,
+        mask,
+        gamma=g_sg,
+        stop_gradient=True,
+        clip_low=10.0,
+        clip_high=10.0,
+    )
     loss.backward()
     assert g_sg.grad is None
 
     g_nosg = gamma.clone().requires_grad_(True)
-    loss, _ = compute_policy_loss(algo, log_prob.clone().requires_grad_(True), old, adv, mask,
-                                  gamma=g_nosg, stop_gradient=False, clip_low=10.0, clip_high=10.0)
+    loss, _ = compute_policy_loss(
+        algo,
+        log_prob.clone().requires_grad_(True),
+        old,
+        adv,
+        mask,
+        gamma=g_nosg,
+        stop_gradient=False,
+        clip_low=10.0,
+        clip_high=10.0,
+    )
     loss.backward()
     assert g_nosg.grad is not None
     assert g_nosg.grad[mask.bool()].abs().sum() > 0
@@ -269,8 +287,13 @@ def test_float32_inputs_work_and_metrics_are_floats():
     loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask.bool(), gamma=gamma)
     assert loss.dtype == torch.float32
     assert all(isinstance(v, float) for v in m.values())
-    assert set(m) == {"actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "router/shift_ratio_mean",
-                      "router/shift_clipfrac"}
+    assert set(m) == {
+        "actor/pg_loss",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac",
+        "router/shift_ratio_mean",
+        "router/shift_clipfrac",
+    }
 
 
 def test_grpo_guard_keeps_extreme_ratio_finite():

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def chromium_or_skip() -> None:
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True, text=True,
-                       timeout=1200)
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True, text=True, timeout=1200
+    )
     if not any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")):
         pytest.skip(f"no Chromium to drive the MLflow UI: {(r.stdout + r.stderr).strip() or 'not on PATH'}")
 
@@ -39,8 +40,13 @@ def smoke_like_store(root: Path) -> tuple[str, list[str]]:
     names = ["grpo-s0", "gmpo-rs0.8-s0"]
     for name in names:
         t = Tracker(uri, "rspo-smoke", name, params={"algorithm/algo": name.split("-")[0]}, source="rspo train")
-        t.log_datasets([(data / "train.jsonl", "training"), (data / "val.jsonl", "validation"),
-                        (data / "val_target.jsonl", "validation")])
+        t.log_datasets(
+            [
+                (data / "train.jsonl", "training"),
+                (data / "val.jsonl", "validation"),
+                (data / "val_target.jsonl", "validation"),
+            ]
+        )
         for step in range(1, 4):
             t.log_metrics({"critic/score/mean": 0.1 * step, "router/shift_ratio_mean": 1 - 0.01 * step}, step)
         t.end()
@@ -60,9 +66,26 @@ def test_mlflow_ui_opens_on_the_runs_table_with_datasets_and_sources(tmp_path):
     uri, runs = smoke_like_store(tmp_path / "store")
     dom, png = tmp_path / "page.html", tmp_path / "page.png"
     expect = [*runs, "countdown/train", "countdown/val", "rspo train", "rspo evaluate", "matching runs"]
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "mlflow_ui_check.py"), "--uri", uri,
-                        "--experiment", "rspo-smoke", "--expect", *expect, "--dom", str(dom), "--screenshot", str(png)],
-                       capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "mlflow_ui_check.py"),
+            "--uri",
+            uri,
+            "--experiment",
+            "rspo-smoke",
+            "--expect",
+            *expect,
+            "--dom",
+            str(dom),
+            "--screenshot",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["missing"] == [] and result["url"].endswith("/runs?workflowType=machine_learning")

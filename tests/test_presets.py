@@ -47,8 +47,16 @@ def test_schema_rl_sections_match_dataclasses(section):
     assert set(props) == fields
 
 
-_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null",
-               dict: "object", tuple: "array", list: "array"}
+_JSON_TYPES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+    dict: "object",
+    tuple: "array",
+    list: "array",
+}
 
 
 def _resolve(prop: dict) -> dict:
@@ -138,18 +146,21 @@ def test_schema_countdown_pretrain_model_keys_match_library():
 # ---------------------------------------------------------------------------- bad values name the key
 
 
-@pytest.mark.parametrize("edit,key", [
-    (lambda d: d.update(sedes=[0]), "sedes: unknown key"),
-    (lambda d: d["rl"]["algorithm"].update(algo="ppo"), "rl.algorithm.algo: 'ppo' is not one of"),
-    (lambda d: d["rl"]["algorithm"].update(gamma_min=0), "rl.algorithm.gamma_min: 0 is less than or equal"),
-    (lambda d: d["rl"]["optim"].update(lr="1e-6"), "rl.optim.lr: '1e-6' is not of type 'number'"),
-    (lambda d: d["grid"].update(sweep={}), "grid.sweep: unknown key"),
-    (lambda d: d["grid"]["routing"].update(modes=["freeze", "replay"]), "grid.routing.modes[1]"),
-    (lambda d: d.update(seeds=[]), "seeds: [] should be non-empty"),
-    (lambda d: d["countdown"].update(num_numbers=7), "countdown.num_numbers: 7 is greater than the maximum of 5"),
-    (lambda d: d["pretrain"]["model"].update(experts=8), "pretrain.model.experts: unknown key"),
-    (lambda d: d.update(resources={"train": {"gpus": 1}}), "resources.train.gpus: unknown key"),
-])
+@pytest.mark.parametrize(
+    "edit,key",
+    [
+        (lambda d: d.update(sedes=[0]), "sedes: unknown key"),
+        (lambda d: d["rl"]["algorithm"].update(algo="ppo"), "rl.algorithm.algo: 'ppo' is not one of"),
+        (lambda d: d["rl"]["algorithm"].update(gamma_min=0), "rl.algorithm.gamma_min: 0 is less than or equal"),
+        (lambda d: d["rl"]["optim"].update(lr="1e-6"), "rl.optim.lr: '1e-6' is not of type 'number'"),
+        (lambda d: d["grid"].update(sweep={}), "grid.sweep: unknown key"),
+        (lambda d: d["grid"]["routing"].update(modes=["freeze", "replay"]), "grid.routing.modes[1]"),
+        (lambda d: d.update(seeds=[]), "seeds: [] should be non-empty"),
+        (lambda d: d["countdown"].update(num_numbers=7), "countdown.num_numbers: 7 is greater than the maximum of 5"),
+        (lambda d: d["pretrain"]["model"].update(experts=8), "pretrain.model.experts: unknown key"),
+        (lambda d: d.update(resources={"train": {"gpus": 1}}), "resources.train.gpus: unknown key"),
+    ],
+)
 def test_schema_errors_name_the_key(edit, key):
     preset = copy.deepcopy(load("small"))
     edit(preset)
@@ -193,8 +204,17 @@ def test_paper_small_is_the_papers_countdown_setting():
     assert p["rl"]["algorithm"]["gamma_min"] == 0.8 and p["rl"]["algorithm"]["stop_gradient"] is True
     assert p["countdown"]["num_numbers"] == 4 and p["seeds"] == [0, 1, 2]
     assert p["grid"]["gamma_min"]["values"] == [0.2, 0.5, 0.8]
-    for pat in (r"num_layers: 12", r"num_experts: 8", r"top_k: 1", r"prompts_per_step: 256", r"mini_batch_prompts: 64",
-                r"group_size: 8", r"max_new_tokens: 8192", r"gamma_min: 0\.8", r"seeds:"):
+    for pat in (
+        r"num_layers: 12",
+        r"num_experts: 8",
+        r"top_k: 1",
+        r"prompts_per_step: 256",
+        r"mini_batch_prompts: 64",
+        r"group_size: 8",
+        r"max_new_tokens: 8192",
+        r"gamma_min: 0\.8",
+        r"seeds:",
+    ):
         assert SECTION.search(_commented("paper_small", pat)), pat
     assert Plan(p).uses_gpu and Plan(p).resources("train")["gpu"] >= 1
 
@@ -210,8 +230,15 @@ def test_paper_large_is_the_papers_qwen3_setting(name, task):
     assert p["rl"]["rollout"]["group_size"] == 8 and p["rl"]["rollout"]["max_new_tokens"] == 8192
     assert p["rl"]["rollout"]["backend"] == "vllm" and plan.resources("train")["gpu"] > 1
     assert plan.prepare_source(task) == "hub"
-    for pat in (r"path: Qwen/Qwen3-30B-A3B", r"prompts_per_step: 128", r"mini_batch_prompts: 64", r"group_size: 8",
-                r"max_new_tokens: 8192", r"gamma_min: 0\.8", r"seeds:"):
+    for pat in (
+        r"path: Qwen/Qwen3-30B-A3B",
+        r"prompts_per_step: 128",
+        r"mini_batch_prompts: 64",
+        r"group_size: 8",
+        r"max_new_tokens: 8192",
+        r"gamma_min: 0\.8",
+        r"seeds:",
+    ):
         assert SECTION.search(_commented(name, pat)), pat
     # no pretraining and no Countdown in the large presets; Table 1 and Fig. 2 (+ Figs. 6/7 from main)
     assert set(plan.targets()) == {"fig2_reward_large", "fig6_mechanism", "fig7_entropy", "table_main"}

@@ -17,12 +17,24 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("pretrain")
-    generate(CountdownConfig(num_numbers=3, max_number=20, min_target=10, max_target=40, train_size=600,
-                             val_size=8, val_target_size=8, seed=3), root / "data")
+    generate(
+        CountdownConfig(
+            num_numbers=3,
+            max_number=20,
+            min_target=10,
+            max_target=40,
+            train_size=600,
+            val_size=8,
+            val_target_size=8,
+            seed=3,
+        ),
+        root / "data",
+    )
     save_tokenizer(root / "tok")
     preset = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
-    preset["pretrain"].update(examples=640, batch_size=32, eval_every=0, ckpt_every=5, eval_size=8,
-                              max_new_tokens=16, warmup_steps=2)
+    preset["pretrain"].update(
+        examples=640, batch_size=32, eval_every=0, ckpt_every=5, eval_size=8, max_new_tokens=16, warmup_steps=2
+    )
     path = root / "preset.yaml"
     path.write_text(yaml.safe_dump(preset))
     return root, path
@@ -32,14 +44,31 @@ def _run(setup, out, *extra):
     from rspo.pretrain import main
 
     root, preset = setup
-    return main(["--preset", str(preset), "--data", str(root / "data"), "--tokenizer", str(root / "tok"),
-                 "--out", str(out), "--threads", "1", "--no-mlflow", *extra])
+    return main(
+        [
+            "--preset",
+            str(preset),
+            "--data",
+            str(root / "data"),
+            "--tokenizer",
+            str(root / "tok"),
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+            "--no-mlflow",
+            *extra,
+        ]
+    )
 
 
 def _losses(out: Path) -> list[float]:
     work = out.with_name(out.name + ".work")
-    return [json.loads(ln)["pretrain/loss"] for ln in (work / "metrics.jsonl").read_text().splitlines()
-            if "pretrain/loss" in ln]
+    return [
+        json.loads(ln)["pretrain/loss"]
+        for ln in (work / "metrics.jsonl").read_text().splitlines()
+        if "pretrain/loss" in ln
+    ]
 
 
 def test_pretraining_lowers_the_loss_and_writes_a_hf_checkpoint(setup, tmp_path):
@@ -77,12 +106,39 @@ def test_bad_inputs_are_clear_errors(setup, tmp_path, capsys):
     from rspo.pretrain import main
 
     root, preset = setup
-    assert main(["--preset", str(preset), "--data", str(root / "data"), "--tokenizer", str(root / "tok"),
-                 "--out", str(tmp_path / "x"), "--set", "bogus=1", "--no-mlflow"]) == 2
+    assert (
+        main(
+            [
+                "--preset",
+                str(preset),
+                "--data",
+                str(root / "data"),
+                "--tokenizer",
+                str(root / "tok"),
+                "--out",
+                str(tmp_path / "x"),
+                "--set",
+                "bogus=1",
+                "--no-mlflow",
+            ]
+        )
+        == 2
+    )
     assert "pretrain.bogus" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="train.jsonl"):
-        main(["--preset", str(preset), "--data", str(tmp_path / "nodata"), "--tokenizer", str(root / "tok"),
-              "--out", str(tmp_path / "y"), "--no-mlflow"])
+        main(
+            [
+                "--preset",
+                str(preset),
+                "--data",
+                str(tmp_path / "nodata"),
+                "--tokenizer",
+                str(root / "tok"),
+                "--out",
+                str(tmp_path / "y"),
+                "--no-mlflow",
+            ]
+        )
     out = tmp_path / "base"
     assert _run(setup, out) == 0
     with pytest.raises(ValueError, match="another tokenizer"):
@@ -96,8 +152,25 @@ def test_evaluate_countdown_writes_accuracy_reasons_and_samples(setup, tmp_path)
     out = tmp_path / "base"
     assert _run(setup, out) == 0
     res_path = tmp_path / "eval" / "countdown.json"
-    assert main(["countdown", "--preset", str(preset), "--model", str(out), "--data", str(root / "data"),
-                 "--out", str(res_path), "--no-mlflow", "--max-new-tokens", "12"]) == 0
+    assert (
+        main(
+            [
+                "countdown",
+                "--preset",
+                str(preset),
+                "--model",
+                str(out),
+                "--data",
+                str(root / "data"),
+                "--out",
+                str(res_path),
+                "--no-mlflow",
+                "--max-new-tokens",
+                "12",
+            ]
+        )
+        == 0
+    )
     res = json.loads(res_path.read_text())
     assert set(res["splits"]) == {"val", "val_target"}
     for split in res["splits"].values():
@@ -126,8 +199,20 @@ def test_pretraining_and_evaluation_in_a_log_write_parseable_progress_lines(setu
     assert rows[-1]["metrics"]["acc"] == pytest.approx(summary["heldout"]["accuracy"], abs=1e-4)
 
     res_path = tmp_path / "eval" / "countdown.json"
-    args = ["countdown", "--preset", str(preset), "--model", str(out), "--data", str(root / "data"),
-            "--out", str(res_path), "--no-mlflow", "--max-new-tokens", "6"]
+    args = [
+        "countdown",
+        "--preset",
+        str(preset),
+        "--model",
+        str(out),
+        "--data",
+        str(root / "data"),
+        "--out",
+        str(res_path),
+        "--no-mlflow",
+        "--max-new-tokens",
+        "6",
+    ]
     assert evaluate(args) == 0
     rows = [r for r in map(parse_line, capsys.readouterr().err.splitlines()) if r is not None]
     res = json.loads(res_path.read_text())

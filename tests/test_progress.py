@@ -135,10 +135,32 @@ def test_value_and_time_formats():
 
 
 def test_train_progress_metrics_map_the_trainer_keys():
-    m = {"critic/score/mean": 0.5, "router/shift_ratio_mean": 0.99, "router/shift_clipfrac": 0.01,
-         "actor/ppo_kl": 0.002, "actor/pg_clipfrac": 0.03, "actor/entropy": 0.4, "val/val_target/score": 0.2}
+    m = {
+        "critic/score/mean": 0.5,
+        "router/shift_ratio_mean": 0.99,
+        "router/shift_clipfrac": 0.01,
+        "actor/ppo_kl": 0.002,
+        "actor/pg_clipfrac": 0.03,
+        "actor/entropy": 0.4,
+        "val/val_target/score": 0.2,
+    }
     shown = train_progress_metrics(m, ["val", "val_target"])
-    assert shown == {"reward": 0.5, "val": None, "val_target": 0.2, "gamma": 0.99, "gamma_clip": 0.01,
-                     "ppo_kl": 0.002, "clipfrac": 0.03, "entropy": 0.4}
-    assert list(train_progress_metrics({}, ["math"])) == ["reward", "val_math", "gamma", "gamma_clip", "ppo_kl",
-                                                          "clipfrac", "entropy"]
+    assert shown == {
+        "reward": 0.5,
+        "val": None,
+        "val_target": 0.2,
+        "gamma": 0.99,
+        "gamma_clip": 0.01,
+        "ppo_kl": 0.002,
+        "clipfrac": 0.03,
+        "entropy": 0.4,
+    }
+    assert list(train_progress_metrics({}, ["math"])) == [
+        "reward",
+        "val_math",
+        "gamma",
+        "gamma_clip",
+        "ppo_kl",
+        "clipfrac",
+        "entropy",
+    ]

@@ -35,19 +35,21 @@ def write_fake_run(runs_dir: Path, plan: Plan, name: str, steps: int = 6, val_ev
     d.mkdir(parents=True, exist_ok=True)
     lines = []
     for step in range(steps):
-        lines.append({
-            "step": step,
-            "critic/score/mean": min(1.0, 0.1 + 0.1 * step * rng.random()),
-            "actor/ppo_kl": 0.01 * rng.random(),
-            "actor/pg_clipfrac": 0.1 * rng.random(),
-            "actor/pg_loss": rng.uniform(-1, 1),
-            "actor/entropy": 1.0 - 0.05 * step * rng.random(),
-            "actor/grad_norm": rng.random(),
-            "router/shift_ratio_mean": 1.0 - 0.05 * rng.random(),
-            "router/shift_clipfrac": 0.05 * rng.random(),
-            "response_length/mean": 20 + rng.random(),
-            "perf/step_s": 1.0,
-        })
+        lines.append(
+            {
+                "step": step,
+                "critic/score/mean": min(1.0, 0.1 + 0.1 * step * rng.random()),
+                "actor/ppo_kl": 0.01 * rng.random(),
+                "actor/pg_clipfrac": 0.1 * rng.random(),
+                "actor/pg_loss": rng.uniform(-1, 1),
+                "actor/entropy": 1.0 - 0.05 * step * rng.random(),
+                "actor/grad_norm": rng.random(),
+                "router/shift_ratio_mean": 1.0 - 0.05 * rng.random(),
+                "router/shift_clipfrac": 0.05 * rng.random(),
+                "response_length/mean": 20 + rng.random(),
+                "perf/step_s": 1.0,
+            }
+        )
         if step % val_every == 0 or step == steps - 1:
             val = {"step": step}
             if run.task == "countdown":
@@ -57,15 +59,30 @@ def write_fake_run(runs_dir: Path, plan: Plan, name: str, steps: int = 6, val_ev
                 val[f"val/{run.task}/score"] = rng.random()
             lines.append(val)
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (d / "run.json").write_text(json.dumps({
-        "run_name": name, "preset": plan.name, "algo": run.algo, "router_shift": run.router_shift,
-        "gamma_min": run.gamma_min, "stop_gradient": run.stop_gradient, "routing": run.routing,
-        "seed": run.seed, "task": run.task, "fingerprint": "0" * 16, "mlflow_run_id": "x",
-        "collapsed": run.algo == "grpo" and not run.router_shift,
-    }))
+    (d / "run.json").write_text(
+        json.dumps(
+            {
+                "run_name": name,
+                "preset": plan.name,
+                "algo": run.algo,
+                "router_shift": run.router_shift,
+                "gamma_min": run.gamma_min,
+                "stop_gradient": run.stop_gradient,
+                "routing": run.routing,
+                "seed": run.seed,
+                "task": run.task,
+                "fingerprint": "0" * 16,
+                "mlflow_run_id": "x",
+                "collapsed": run.algo == "grpo" and not run.router_shift,
+            }
+        )
+    )
     collapsed = run.algo == "grpo" and not run.router_shift
-    (d / "final.json").write_text(json.dumps({"step": steps - 1, "steps": steps, "collapsed": collapsed,
-                                              "collapse_step": 3 if collapsed else None}))
+    (d / "final.json").write_text(
+        json.dumps(
+            {"step": steps - 1, "steps": steps, "collapsed": collapsed, "collapse_step": 3 if collapsed else None}
+        )
+    )
 
 
 def write_fake_eval(eval_dir: Path, plan: Plan, name: str, task: str) -> None:
@@ -82,9 +99,17 @@ def write_fake_eval(eval_dir: Path, plan: Plan, name: str, task: str) -> None:
 
 def write_fake_bench(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"rs_throughput_ratio": 0.9, "router_cache_bytes_per_token_layer_k": 6.0,
-                                "rollout_tokens_per_s": 123.4, "table": "...",
-                                "rs_throughput_ratio_per_step": [0.88, 0.9, 0.93, 0.89]}))
+    path.write_text(
+        json.dumps(
+            {
+                "rs_throughput_ratio": 0.9,
+                "router_cache_bytes_per_token_layer_k": 6.0,
+                "rollout_tokens_per_s": 123.4,
+                "table": "...",
+                "rs_throughput_ratio_per_step": [0.88, 0.9, 0.93, 0.89],
+            }
+        )
+    )
 
 
 def write_fake_results(results: Path, plan: Plan) -> None:
@@ -122,8 +147,21 @@ def test_figure_is_byte_identical_across_rebuilds(smoke, tmp_path, figure):
     outs = []
     for i in range(2):
         out = tmp_path / f"build{i}" / f"{figure}.pdf"
-        assert report_main(["figure", figure, "--preset", str(CONFIGS / "smoke.yaml"),
-                            "--runs-dir", str(root / "runs"), "--out", str(out)]) == 0
+        assert (
+            report_main(
+                [
+                    "figure",
+                    figure,
+                    "--preset",
+                    str(CONFIGS / "smoke.yaml"),
+                    "--runs-dir",
+                    str(root / "runs"),
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         outs.append(out)
     for suffix in (".pdf", ".png"):
         a, b = (o.with_suffix(suffix).read_bytes() for o in outs)
@@ -141,8 +179,25 @@ def test_figure_with_several_seeds_is_byte_identical(tmp_path):
     pdfs = []
     for i in range(2):
         out = tmp_path / f"b{i}" / "fig4_plugin.pdf"
-        assert report_main(["figure", "fig4_plugin", "--preset", str(CONFIGS / "smoke.yaml"), "--seeds", "0", "1", "2",
-                            "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+        assert (
+            report_main(
+                [
+                    "figure",
+                    "fig4_plugin",
+                    "--preset",
+                    str(CONFIGS / "smoke.yaml"),
+                    "--seeds",
+                    "0",
+                    "1",
+                    "2",
+                    "--runs-dir",
+                    str(tmp_path / "runs"),
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         pdfs.append(out.read_bytes())
     assert pdfs[0] == pdfs[1]
 
@@ -166,8 +221,9 @@ def test_seed_bands_are_min_max_around_the_mean_and_say_so(tmp_path):
         d = tmp_path / "runs" / name
         d.mkdir(parents=True)
         seed = plan.runs[name].seed
-        d.joinpath("metrics.jsonl").write_text("".join(
-            json.dumps({"step": t, "actor/entropy": v}) + "\n" for t, v in enumerate(values[seed])))
+        d.joinpath("metrics.jsonl").write_text(
+            "".join(json.dumps({"step": t, "actor/entropy": v}) + "\n" for t, v in enumerate(values[seed]))
+        )
     captured = {}
     real_save = figures.style.save
 
@@ -195,8 +251,18 @@ def test_seed_bands_are_min_max_around_the_mean_and_say_so(tmp_path):
 
 def test_figure_missing_metrics_file_is_a_clear_error(smoke, tmp_path, capsys):
     plan, root = smoke
-    rc = report_main(["figure", "fig1_reward", "--preset", str(CONFIGS / "smoke.yaml"),
-                      "--runs-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "f.pdf")])
+    rc = report_main(
+        [
+            "figure",
+            "fig1_reward",
+            "--preset",
+            str(CONFIGS / "smoke.yaml"),
+            "--runs-dir",
+            str(tmp_path / "nothing"),
+            "--out",
+            str(tmp_path / "f.pdf"),
+        ]
+    )
     assert rc == 2
     assert "metrics.jsonl" in capsys.readouterr().err
 
@@ -233,8 +299,11 @@ def test_read_metrics_last_value_wins_and_bad_lines_fail(tmp_path):
 def _table(name, preset_file, root, tmp_path):
     out = tmp_path / f"{name}.md"
     args = ["table", name, "--preset", str(preset_file), "--out", str(out)]
-    args += ["--bench", str(root / "bench.json")] if name == "table_efficiency" else \
-        ["--eval-dir", str(root / "eval"), "--runs-dir", str(root / "runs")]
+    args += (
+        ["--bench", str(root / "bench.json")]
+        if name == "table_efficiency"
+        else ["--eval-dir", str(root / "eval"), "--runs-dir", str(root / "runs")]
+    )
     assert report_main(args) == 0
     return out.read_text(), out.with_suffix(".tex").read_text()
 
@@ -288,9 +357,13 @@ def test_table_main_reference_rows_only_in_paper_presets(tmp_path):
             # the paper's RSPO math row, as printed (Avg. 77.1)
             assert "| GMPO+RS (RSPO) [paper] | 80.1 | 95.0 | 94.2 | 50.7 | 65.8 | 77.1 |" in md
         # our GRPO AIME24 cell is the mean ± std over the two seeds
-        vals = [100 * json.loads((root / "eval" / f"math-grpo-s{s}" / "math.json").read_text())
-                ["benchmarks"]["aime24"]["pass@1"]
-                for s in (0, 1)]
+        vals = [
+            100
+            * json.loads((root / "eval" / f"math-grpo-s{s}" / "math.json").read_text())["benchmarks"]["aime24"][
+                "pass@1"
+            ]
+            for s in (0, 1)
+        ]
         import statistics
 
         cell = f"{statistics.fmean(vals):.1f} ± {statistics.stdev(vals):.1f}"
@@ -304,22 +377,49 @@ def test_table_claims_from_run_files(smoke, tmp_path):
 
     plan, root = smoke
     out = tmp_path / "table_claims.md"
-    assert report_main(["table", "table_claims", "--preset", str(CONFIGS / "smoke.yaml"), "--eval-dir",
-                        str(root / "eval"), "--runs-dir", str(root / "runs"), "--bench", str(root / "bench.json"),
-                        "--out", str(out)]) == 0
+    assert (
+        report_main(
+            [
+                "table",
+                "table_claims",
+                "--preset",
+                str(CONFIGS / "smoke.yaml"),
+                "--eval-dir",
+                str(root / "eval"),
+                "--runs-dir",
+                str(root / "runs"),
+                "--bench",
+                str(root / "bench.json"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     md = out.read_text()
     assert claims.RULE in md and out.with_suffix(".tex").is_file()
     rows = claims.collect(plan, root / "eval", root / "runs", root / "bench.json")
     got = {(r.claim.key, r.regime) for r in rows}
     # smoke: plugin has grpo and gmpo (no gspo), gamma_min 0.5/0.8 (no 0.2); stress repeats plugin only
-    assert {("grpo-collapses", "natural"), ("rs-grpo", "natural"), ("rs-gmpo", "natural"), ("nosg", "natural"),
-            ("freeze", "natural"), ("logit-replay", "natural"), ("index-replay", "natural"),
-            ("rs-grpo", "stress"), ("rs-gmpo", "stress"), ("grpo-collapses", "stress"),
-            ("throughput", "benchmark")} == got
+    assert {
+        ("grpo-collapses", "natural"),
+        ("rs-grpo", "natural"),
+        ("rs-gmpo", "natural"),
+        ("nosg", "natural"),
+        ("freeze", "natural"),
+        ("logit-replay", "natural"),
+        ("index-replay", "natural"),
+        ("rs-grpo", "stress"),
+        ("rs-gmpo", "stress"),
+        ("grpo-collapses", "stress"),
+        ("throughput", "benchmark"),
+    } == got
     rs_grpo = next(r for r in rows if r.claim.key == "rs-grpo" and r.regime == "natural")
-    acc = {s: claims.pooled_accuracy(root / "eval" / f"grpo-rs0.8-s{s}" / "countdown.json", ["val", "val_target"])
-           - claims.pooled_accuracy(root / "eval" / f"grpo-s{s}" / "countdown.json", ["val", "val_target"])
-           for s in plan.seeds}
+    acc = {
+        s: claims.pooled_accuracy(root / "eval" / f"grpo-rs0.8-s{s}" / "countdown.json", ["val", "val_target"])
+        - claims.pooled_accuracy(root / "eval" / f"grpo-s{s}" / "countdown.json", ["val", "val_target"])
+        for s in plan.seeds
+    }
     assert rs_grpo.n == len(plan.seeds) and rs_grpo.mean == pytest.approx(sum(acc.values()) / len(acc))
     tp = next(r for r in rows if r.regime == "benchmark")
     assert tp.n == 4 and tp.mean == pytest.approx(0.9 - 0.75) and tp.verdict == claims.SUPPORTED
@@ -356,12 +456,23 @@ def test_paper_table1_averages_match_rows():
             tol = 0.07 if (task, method) == ("math", "gmpo+rs") else 0.05 + 1e-9
             assert abs(mean - row["avg"]) <= tol, (task, method, mean, row["avg"])
     assert ref.cache_gib(ref.PAPER_CACHE_BYTES_PER_TOKEN_LAYER_K) == pytest.approx(
-        ref.PAPER_CACHE_GIB_PROBS + ref.PAPER_CACHE_GIB_INDICES)
+        ref.PAPER_CACHE_GIB_PROBS + ref.PAPER_CACHE_GIB_INDICES
+    )
 
 
 def test_cli_rejects_unbuildable_table(tmp_path, capsys):
-    rc = report_main(["table", "table_main", "--preset", str(CONFIGS / "small.yaml"),
-                      "--eval-dir", str(tmp_path), "--out", str(tmp_path / "t.md")])
+    rc = report_main(
+        [
+            "table",
+            "table_main",
+            "--preset",
+            str(CONFIGS / "small.yaml"),
+            "--eval-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "t.md"),
+        ]
+    )
     assert rc == 2
     assert "main" in capsys.readouterr().err
 
@@ -384,12 +495,55 @@ def test_mlflow_flag_logs_every_file_into_one_report_run_tagged_with_its_runs(sm
     (cd_eval / "base" / "countdown.json").write_text(json.dumps({**base, "model": "results/smoke/models/base"}))
     preset = str(CONFIGS / "smoke.yaml")
     for fig in ("fig1_reward", "fig6_mechanism"):
-        assert report_main(["figure", fig, "--preset", preset, "--runs-dir", str(root / "runs"),
-                            "--out", str(tmp_path / "figures" / f"{fig}.pdf"), "--mlflow"]) == 0
-    assert report_main(["table", "table_countdown", "--preset", preset, "--eval-dir", str(cd_eval),
-                        "--runs-dir", str(root / "runs"), "--out", str(tmp_path / "tables" / "t.md"), "--mlflow"]) == 0
-    assert report_main(["table", "table_countdown", "--preset", preset, "--eval-dir", str(cd_eval), "--out",
-                        str(tmp_path / "no_mlflow.md")]) == 0  # without the flag: nothing logged
+        assert (
+            report_main(
+                [
+                    "figure",
+                    fig,
+                    "--preset",
+                    preset,
+                    "--runs-dir",
+                    str(root / "runs"),
+                    "--out",
+                    str(tmp_path / "figures" / f"{fig}.pdf"),
+                    "--mlflow",
+                ]
+            )
+            == 0
+        )
+    assert (
+        report_main(
+            [
+                "table",
+                "table_countdown",
+                "--preset",
+                preset,
+                "--eval-dir",
+                str(cd_eval),
+                "--runs-dir",
+                str(root / "runs"),
+                "--out",
+                str(tmp_path / "tables" / "t.md"),
+                "--mlflow",
+            ]
+        )
+        == 0
+    )
+    assert (
+        report_main(
+            [
+                "table",
+                "table_countdown",
+                "--preset",
+                preset,
+                "--eval-dir",
+                str(cd_eval),
+                "--out",
+                str(tmp_path / "no_mlflow.md"),
+            ]
+        )
+        == 0
+    )  # without the flag: nothing logged
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(plan.preset["mlflow"]["experiment"])
@@ -397,13 +551,20 @@ def test_mlflow_flag_logs_every_file_into_one_report_run_tagged_with_its_runs(sm
     assert [r.info.run_name for r in runs] == ["report"]
     run = runs[0]
     arts = {a.path for d in ("figures", "tables") for a in client.list_artifacts(run.info.run_id, d)}
-    assert arts == {"figures/fig1_reward.png", "figures/fig1_reward.pdf", "figures/fig6_mechanism.png",
-                    "figures/fig6_mechanism.pdf", "tables/t.md", "tables/t.tex"}
+    assert arts == {
+        "figures/fig1_reward.png",
+        "figures/fig1_reward.pdf",
+        "figures/fig6_mechanism.png",
+        "figures/fig6_mechanism.pdf",
+        "tables/t.md",
+        "tables/t.tex",
+    }
     tags = run.data.tags
     assert tags["runs/fig1_reward"].split(", ") == plan.figure_runs("fig1_reward")
     assert tags["runs/fig6_mechanism"].split(", ") == plan.figure_runs("fig6_mechanism")
     assert tags["runs/table_countdown"].split(", ") == (
-        ["eval-countdown-base"] + [f"eval-countdown-{n}" for n in plan.table_runs("table_countdown")["countdown"]])
+        ["eval-countdown-base"] + [f"eval-countdown-{n}" for n in plan.table_runs("table_countdown")["countdown"]]
+    )
     assert "**fig1_reward**" in tags["mlflow.note.content"] and "**table_countdown**" in tags["mlflow.note.content"]
 
 
@@ -420,6 +581,8 @@ def test_default_families_plan_a_subset_and_full_the_whole_grid():
     assert set(default.runs) < set(full.runs)
     assert not default.available("fig8_routing") and full.available("fig8_routing")
     assert default.available("fig4_plugin_stress") and default.figure_runs("fig4_plugin") == full.figure_runs(
-        "fig4_plugin")
-    assert (set(default.table_runs("table_countdown")["countdown"])
-            < set(full.table_runs("table_countdown")["countdown"]))
+        "fig4_plugin"
+    )
+    assert set(default.table_runs("table_countdown")["countdown"]) < set(
+        full.table_runs("table_countdown")["countdown"]
+    )

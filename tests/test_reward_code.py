@@ -46,7 +46,9 @@ def test_stdin_pass_with_input_and_sys_stdin_variants():
     assert score("print(sum(map(int, open(0).read().split())))", ADD) == (1.0, "ok")
     # LCB's prelude provides `stdin` (from sys import *) and the common modules.
     assert score("print(sum(map(int, stdin.readline().split())))", ADD) == (1.0, "ok")
-    assert score("def main():\n    print(sum(map(int, input().split())))\n\nif __name__ == '__main__':\n    main()\n", ADD) == (1.0, "ok")
+    assert score(
+        "def main():\n    print(sum(map(int, input().split())))\n\nif __name__ == '__main__':\n    main()\n", ADD
+    ) == (1.0, "ok")
 
 
 def test_stdin_wrong_answer_names_the_case():
@@ -75,8 +77,9 @@ def test_stdin_timeout_runtime_and_syntax_errors():
     reward, reason = score("def f(:\n  pass", ADD)
     assert reward == 0.0 and reason.startswith("syntax error: SyntaxError: ") and "(line 1)" in reason
     reward, reason = score("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)", ADD)
-    assert reward == 0.0 and reason.endswith(("on case 1", "on case 1: RecursionError: maximum recursion depth exceeded"))
-
+    assert reward == 0.0 and reason.endswith(
+        ("on case 1", "on case 1: RecursionError: maximum recursion depth exceeded")
+    )
 
 
 def test_memory_and_output_limits():
@@ -138,7 +141,7 @@ def test_outputs_match_lcb_rules(got, expected, same):
 # ------------------------------------------------------------------------------ functional
 def test_functional_top_level_and_solution_class():
     tests = fn_tests("twoSum", ([[2, 7, 11, 15], 9], [0, 1]), ([[3, 2, 4], 6], [1, 2]))
-    top = "def twoSum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i\n"
+    top = "def twoSum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i\n"  # noqa: E501
     cls = (
         "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
         "        seen = {}\n        for i, x in enumerate(nums):\n"
@@ -153,14 +156,21 @@ def test_functional_top_level_and_solution_class():
 
 def test_functional_failures():
     tests = fn_tests("f", ([1, 2], 3), ([0, 0], 0))
-    assert score("def g(a, b):\n    return a + b", tests)[1].startswith("runtime error on case 1: NameError: function 'f' not found")
+    assert score("def g(a, b):\n    return a + b", tests)[1].startswith(
+        "runtime error on case 1: NameError: function 'f' not found"
+    )
     assert score("def f(a, b):\n    return a / b", fn_tests("f", ([1, 0], 0)))[1] == (
         "runtime error on case 1: ZeroDivisionError: division by zero"
     )
-    assert score("def f(a, b):\n    while True:\n        pass", fn_tests("f", ([1, 2], 3), timeout=0.5)) == (0.0, "timeout on case 1")
+    assert score("def f(a, b):\n    while True:\n        pass", fn_tests("f", ([1, 2], 3), timeout=0.5)) == (
+        0.0,
+        "timeout on case 1",
+    )
     assert score("def f(a, b):\n    return {a, b}", tests)[1].startswith("runtime error on case 1: TypeError")
     assert score("def f(a, b):\n    return str(a + b)", tests)[1] == 'wrong answer on case 1: expected 3, got "3"'
-    assert score("import sys\ndef f(a, b):\n    sys.exit(0)", tests)[1].startswith("runtime error on case 1: SystemExit")
+    assert score("import sys\ndef f(a, b):\n    sys.exit(0)", tests)[1].startswith(
+        "runtime error on case 1: SystemExit"
+    )
     assert score("def f(a, b):\n    return True", fn_tests("f", ([1, 2], 1))) == (1.0, "ok")  # Python ==, as LCB
     nested = fn_tests("f", ([[1, 2]], {"a": [[1, 2], [3]]}))
     assert score("def f(x):\n    return {'a': (tuple(x), (3,))}", nested) == (1.0, "ok")

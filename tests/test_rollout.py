@@ -24,8 +24,18 @@ def tiny():
     from rspo.models import build_model
 
     tok = build_tokenizer()
-    arch = dict(arch="qwen3_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
-                intermediate_size=64, moe_intermediate_size=32, num_experts=4, top_k=1, max_position_embeddings=64)
+    arch = dict(
+        arch="qwen3_moe",
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=2,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_experts=4,
+        top_k=1,
+        max_position_embeddings=64,
+    )
     return build_model(arch, tok, seed=0), tok
 
 
@@ -43,7 +53,7 @@ def test_hf_backend_layout_and_seeding(tiny):
     # rows 0..2 answer prompt 0: left padding only in the prompt part, identical prompt rows
     assert torch.equal(a.input_ids[0, : a.prompt_width], a.input_ids[2, : a.prompt_width])
     assert a.attention_mask[0, 0] == 0 and a.attention_mask[1 * 3, 0] == 1  # the short prompt is left-padded
-    assert torch.equal(a.attention_mask[:, a.prompt_width:].float(), a.response_mask)
+    assert torch.equal(a.attention_mask[:, a.prompt_width :].float(), a.response_mask)
     model.train()
     backend.generate(prompts, 1, temperature=0.0, max_new_tokens=4, seed=0)
     assert model.training  # generation runs in eval mode and restores the caller's mode
@@ -62,8 +72,9 @@ class FakeEngine:
         self.loaded: list[str] = []
         self.prefix_resets = 0
         model = SimpleNamespace(load_weights=lambda weights: self.loaded.extend(name for name, _ in weights))
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model))))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
+        )
 
     def generate(self, prompts, params, use_tqdm=False):
         outs = []
@@ -71,8 +82,10 @@ class FakeEngine:
         for i, p in enumerate(prompts):
             params = params[i] if isinstance(params, list) else params
             prompt_ids = list(range(3, 3 + len(p.split())))
-            comps = [SimpleNamespace(token_ids=[10 + j] * (2 * j + 1) + ([self.eos] if j % 2 == 0 else []))
-                     for j in range(params.n)]
+            comps = [
+                SimpleNamespace(token_ids=[10 + j] * (2 * j + 1) + ([self.eos] if j % 2 == 0 else []))
+                for j in range(params.n)
+            ]
             outs.append(SimpleNamespace(prompt_token_ids=prompt_ids, outputs=comps))
         return outs
 
@@ -111,9 +124,10 @@ def test_hf_greedy_matches_transformers_generate(tiny):
     model, tok = tiny
     ours = HFBackend(model, tok).generate(PROMPTS, 1, temperature=0.0, max_new_tokens=8)
     enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
-    ref = model.generate(**enc, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id)
-    ref_resp = ref[:, enc["input_ids"].shape[1]:]
+    ref = model.generate(
+        **enc, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
+    ref_resp = ref[:, enc["input_ids"].shape[1] :]
     ref_mask = response_mask_from_ids(ref_resp, tok.eos_token_id).bool()
     _, rows = ours.token_rows()
     assert rows == [ref_resp[i][ref_mask[i]].tolist() for i in range(len(PROMPTS))]
@@ -159,7 +173,6 @@ def test_hf_sampling_follows_the_model_distribution(tiny):
     assert torch.isfinite(nucleus[batch.response_ids[:, 0]]).all()
 
 
-
 def test_vllm_backend_with_a_fake_engine(tiny):
     model, tok = tiny
     engine = FakeEngine(tok.eos_token_id)
@@ -186,6 +199,7 @@ def test_vllm_without_the_extra_is_a_clear_error(tiny):
     model, tok = tiny
     try:
         import vllm  # noqa: F401
+
         pytest.skip("vllm is installed")
     except ImportError:
         pass

@@ -82,9 +82,16 @@ def test_dense_layers_are_skipped(arch):
 def test_unsupported_models_raise_listing_supported():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1))
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
     for bad in (llama, nn.Linear(3, 3), object()):
         with pytest.raises(ValueError) as err:
             moe_gates(bad)
@@ -92,10 +99,17 @@ def test_unsupported_models_raise_listing_supported():
         assert type(bad).__name__ in msg
         for name in SUPPORTED_MODELS:
             assert name in msg
-    assert set(SUPPORTED_MODELS) == {"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                                     "MixtralForCausalLM", "OlmoeForCausalLM"}
-    for fn in (router_spec, lambda m: capture_router_logits(m).__enter__(),
-               lambda m: routing_control(m, "freeze").__enter__()):
+    assert set(SUPPORTED_MODELS) == {
+        "Qwen2MoeForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "MixtralForCausalLM",
+        "OlmoeForCausalLM",
+    }
+    for fn in (
+        router_spec,
+        lambda m: capture_router_logits(m).__enter__(),
+        lambda m: routing_control(m, "freeze").__enter__(),
+    ):
         with pytest.raises(ValueError, match="LlamaForCausalLM"):
             fn(llama)
 
@@ -141,7 +155,7 @@ def test_capture_concatenates_forwards_and_detach():
     assert cap.num_calls == 2
     assert cap.logits[0].shape == ((B + 2) * T, 4)
     assert not cap.logits[0].requires_grad
-    assert torch.allclose(cap.logits[1][B * T:], one.logits[1].detach(), atol=1e-6, rtol=0)
+    assert torch.allclose(cap.logits[1][B * T :], one.logits[1].detach(), atol=1e-6, rtol=0)
     with capture_router_logits(model) as empty:
         pass
     with pytest.raises(RuntimeError, match="no forward"):
@@ -297,8 +311,9 @@ def test_router_shift_input_errors():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("E, idx_dtype", [(4, torch.uint8), (256, torch.uint8), (257, torch.int16),
-                                         (1000, torch.int16)])
+@pytest.mark.parametrize(
+    "E, idx_dtype", [(4, torch.uint8), (256, torch.uint8), (257, torch.int16), (1000, torch.int16)]
+)
 def test_cache_dtypes_and_bytes(E, idx_dtype):
     g = torch.Generator().manual_seed(0)
     L, b, t, K = 2, 3, 4, 2
@@ -378,8 +393,9 @@ def test_index_replay_forces_old_experts_with_current_weights(arch, norm):
     _perturb_routers(model, scale=1.0)
     with torch.no_grad(), capture_router_logits(model) as free:
         model(ids)
-    moved = [not torch.equal(free.indices[l], cache.indices[l].reshape(-1, 2).long())
-             for l in range(spec.num_moe_layers)]
+    moved = [
+        not torch.equal(free.indices[l], cache.indices[l].reshape(-1, 2).long()) for l in range(spec.num_moe_layers)
+    ]
     assert any(moved), "perturbation too small to change the routing; the test would be vacuous"
 
     used, inputs = [], []
@@ -520,14 +536,16 @@ def test_route_from_logits_matches_the_routers():
             h = torch.randn(11, 32, generator=torch.Generator().manual_seed(2))
             logits, scores, idx = gate(h)
             spec = router_spec(model)
-            mine = route_from_logits(logits, spec.top_k, renorm=spec.norm_topk_prob,
-                                     scores_in_logits_dtype=arch != "mixtral")
+            mine = route_from_logits(
+                logits, spec.top_k, renorm=spec.norm_topk_prob, scores_in_logits_dtype=arch != "mixtral"
+            )
             assert torch.equal(mine[1], scores) and torch.equal(mine[2], idx)
             # in bf16: Qwen2/Qwen3/OLMoE cast the scores to bf16, Mixtral keeps them fp32
             gate = gate.to(torch.bfloat16)
             logits, scores, idx = gate(h.bfloat16())
-            mine = route_from_logits(logits, spec.top_k, renorm=spec.norm_topk_prob,
-                                     scores_in_logits_dtype=arch != "mixtral")
+            mine = route_from_logits(
+                logits, spec.top_k, renorm=spec.norm_topk_prob, scores_in_logits_dtype=arch != "mixtral"
+            )
             assert scores.dtype == (torch.float32 if arch == "mixtral" else torch.bfloat16)
             assert mine[1].dtype == scores.dtype
             assert torch.equal(mine[1], scores) and torch.equal(mine[2], idx)

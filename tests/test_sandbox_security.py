@@ -32,7 +32,7 @@ def _private_uid_range(monkeypatch):
 GOOD = ("print(int(input()) + 1)", {"kind": "stdin", "cases": [{"input": "1", "output": "2"}]})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _available(backend: str) -> str | None:
     if backend == "rlimits" and os.geteuid() != 0:
         return "rlimits as a normal user is not a sandbox (programs run as that user)"
@@ -104,7 +104,9 @@ def test_cannot_delete_or_modify_files_outside(backend, tmp_path):
 def test_parent_environment_is_not_visible(backend, monkeypatch):
     secret = "s3cr3t-" + os.urandom(6).hex()
     monkeypatch.setenv("RSPO_TEST_SECRET", secret)
-    reward, reason = run("import os\nprint(os.environ.get('RSPO_TEST_SECRET', 'absent'))", expected=secret, backend=backend)
+    reward, reason = run(
+        "import os\nprint(os.environ.get('RSPO_TEST_SECRET', 'absent'))", expected=secret, backend=backend
+    )
     assert (reward, reason) == (0.0, f"wrong answer on case 1: expected {secret}, got absent")
     res = run_python(
         "import os\nprint(dict(os.environ))\n"
@@ -151,7 +153,10 @@ def test_fork_bomb_is_bounded(backend):
 
 
 def test_huge_allocation(backend):
-    assert run("x = bytearray(50 * 2**30)\nprint('contained')", backend=backend) == (0.0, "memory limit exceeded on case 1")
+    assert run("x = bytearray(50 * 2**30)\nprint('contained')", backend=backend) == (
+        0.0,
+        "memory limit exceeded on case 1",
+    )
     assert run("x = [0] * (50 * 2**30 // 8)", backend=backend) == (0.0, "memory limit exceeded on case 1")
     assert_clean_and_working(backend)
 
@@ -191,9 +196,9 @@ def test_printing_1gb_hits_the_output_cap(backend):
     ],
 )
 def test_killing_the_parent_or_the_evaluator(backend, attack):
-    prog = "import os, time\nTEST_PID = %d\ntry:\n    %s\nexcept OSError as e:\n    print(e)\ntime.sleep(0.2)\nwhile True:\n    pass" % (
-        os.getpid(),
-        attack,
+    prog = (
+        f"import os, time\nTEST_PID = {os.getpid():d}\ntry:\n    {attack}\nexcept OSError as e:\n    print(e)\n"
+        "time.sleep(0.2)\nwhile True:\n    pass"
     )
     reward, reason = run(prog, backend=backend, timeout=0.5)
     assert reward == 0.0

@@ -34,8 +34,11 @@ def test_uniform_noise_is_uniform_and_independent():
     counts = torch.histc(u.flatten(), 64, 0, 1)
     expected = u.numel() / 64
     assert ((counts - expected) ** 2 / expected).sum() < bound
-    for a, b in ((u.flatten(), v.flatten()), (u[:, :-1].flatten(), u[:, 1:].flatten()),
-                 (u[:-1].flatten(), u[1:].flatten())):
+    for a, b in (
+        (u.flatten(), v.flatten()),
+        (u[:, :-1].flatten(), u[:, 1:].flatten()),
+        (u[:-1].flatten(), u[1:].flatten()),
+    ):
         assert abs(torch.corrcoef(torch.stack([a, b]))[0, 1]) < 0.02
     draws = (-torch.log(-torch.log(u))).argmax(dim=1)
     counts = torch.bincount(draws, minlength=64).float()

@@ -57,8 +57,14 @@ def _snakemake(cwd: Path, *args: str, timeout: int = 150) -> subprocess.Complete
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("MLFLOW_TRACKING_URI", None)
     # SIGINT, not SIGTERM, ends a Snakemake waiting on SLURM status checks (workflow_facts.md 3).
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -85,8 +91,9 @@ def test_smoke_slice_through_the_cluster_profile(slurm, tmp_path):
     the four plugin runs -> fig4_plugin, every job a SLURM job."""
     for name in ("Snakefile", "workflow", "profiles", "envs", "cluster", "configs", "tests"):
         (tmp_path / name).symlink_to(ROOT / name)
-    r = _snakemake(tmp_path, "--profile", "cluster", "--jobs", "2", "fig4_plugin", "--config", "preset=smoke",
-                   timeout=600)
+    r = _snakemake(
+        tmp_path, "--profile", "cluster", "--jobs", "2", "fig4_plugin", "--config", "preset=smoke", timeout=600
+    )
     assert r.returncode == 0, r.stdout[-4000:]
     res = tmp_path / "results" / "smoke"
     assert (res / "figures" / "fig4_plugin.pdf").stat().st_size > 1000

@@ -13,10 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def write_sweep(tmp_path: Path, **extra) -> Path:
     spec = {
-        "preset": str(ROOT / "configs" / "smoke.yaml"), "work": str(tmp_path / "work"), "val_every": 1, "val_size": 4,
+        "preset": str(ROOT / "configs" / "smoke.yaml"),
+        "work": str(tmp_path / "work"),
+        "val_every": 1,
+        "val_size": 4,
         "bases": {"tiny": {"examples": 256}},
-        "trials": [{"name": "t1", "base": "tiny", "steps": 2, "set": ["optim.lr=1e-3"],
-                    "runs": {"gmpo": [0], "grpo": [0]}}],
+        "trials": [
+            {"name": "t1", "base": "tiny", "steps": 2, "set": ["optim.lr=1e-3"], "runs": {"gmpo": [0], "grpo": [0]}}
+        ],
     }
     spec.update(extra)
     path = tmp_path / "sweep.yaml"
@@ -43,12 +47,15 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     assert (tmp_path / "work" / "trials.jsonl").read_text().splitlines() == lines
 
 
-@pytest.mark.parametrize("edit, message", [
-    ({"trials": [{"name": "x", "base": "nope", "steps": 1, "runs": {"gmpo": [0]}}]}, "trials\\[0\\].base"),
-    ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {}}]}, "trials\\[0\\].runs"),
-    ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}, "lr": 1}]}, "trials\\[0\\].lr"),
-    ({"oops": 1}, "unknown key 'oops'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"trials": [{"name": "x", "base": "nope", "steps": 1, "runs": {"gmpo": [0]}}]}, "trials\\[0\\].base"),
+        ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {}}]}, "trials\\[0\\].runs"),
+        ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}, "lr": 1}]}, "trials\\[0\\].lr"),
+        ({"oops": 1}, "unknown key 'oops'"),
+    ],
+)
 def test_malformed_sweep_files_name_the_problem(tmp_path, edit, message):
     with pytest.raises(SweepError, match=message):
         load_sweep(write_sweep(tmp_path, **edit))

@@ -49,8 +49,11 @@ def _ids(tok, text):
 def test_round_trip_generated_data(tok, records):
     for rec in records:
         for style in STYLES:
-            for text in (format_prompt(rec, style), format_completion(rec, style),
-                         format_prompt(rec, style) + format_completion(rec, style)):
+            for text in (
+                format_prompt(rec, style),
+                format_completion(rec, style),
+                format_prompt(rec, style) + format_completion(rec, style),
+            ):
                 ids = _ids(tok, text)
                 assert tok.unk_token_id not in ids
                 assert tok.decode(ids, skip_special_tokens=True) == text
@@ -72,7 +75,19 @@ def test_words_are_single_tokens_digits_are_single_characters(tok):
         assert len(ids) == 1 and ids[0] != tok.unk_token_id, word
     assert tok.convert_ids_to_tokens(_ids(tok, "1234567890")) == list("1234567890")
     assert tok.convert_ids_to_tokens(_ids(tok, "Operations: ['4-2=2']")) == [
-        "Operations", ":", " ", "[", "'", "4", "-", "2", "=", "2", "'", "]"]
+        "Operations",
+        ":",
+        " ",
+        "[",
+        "'",
+        "4",
+        "-",
+        "2",
+        "=",
+        "2",
+        "'",
+        "]",
+    ]
     # Unknown words fall back to characters, so they still round-trip.
     assert tok.convert_ids_to_tokens(_ids(tok, "Nodes")) == ["Node", "s"]
 
@@ -138,12 +153,29 @@ def test_fingerprint_detects_other_vocab_and_ignores_padding():
 def test_cli(tmp_path, capsys):
     from rspo.data.cli import generate_main
 
-    assert generate_main(["--out", str(tmp_path / "data"), "--num-numbers", "3", "--train-size", "30",
-                          "--val-size", "5", "--val-target-size", "5"]) == 0
+    assert (
+        generate_main(
+            [
+                "--out",
+                str(tmp_path / "data"),
+                "--num-numbers",
+                "3",
+                "--train-size",
+                "30",
+                "--val-size",
+                "5",
+                "--val-target-size",
+                "5",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     for style in STYLES:
-        assert main(["--out", str(tmp_path / "tok"), "--data", str(tmp_path / "data" / "train.jsonl"),
-                     "--style", style]) == 0
+        assert (
+            main(["--out", str(tmp_path / "tok"), "--data", str(tmp_path / "data" / "train.jsonl"), "--style", style])
+            == 0
+        )
         summary = json.loads(capsys.readouterr().out)
         assert summary["style"] == style and summary["examples"] == 30
         assert summary["tokens_max"] >= summary["tokens_mean"] > 0

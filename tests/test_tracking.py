@@ -38,7 +38,8 @@ def test_experiment_is_marked_model_training_also_when_it_existed_before(uri):
     assert ensure_experiment(uri, "made-by-an-older-version") == old
     assert client(uri).get_experiment(old).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     assert tracking.experiment_url(exp_id) == (
-        f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning")
+        f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning"
+    )
 
 
 def test_file_dataset_digests_the_bytes_and_counts_rows(tmp_path):
@@ -69,10 +70,13 @@ def test_tracker_records_source_and_datasets_once_per_run(uri, tmp_path):
     resumed = Tracker(uri, "rspo-test", "grpo-s0", run_id=t.run_id)  # a resumed job logs them again
     resumed.log_datasets(files)
     run = client(uri).get_run(t.run_id)
-    got = sorted((d.dataset.name, d.dataset.digest, [(x.key, x.value) for x in d.tags][0][1])
-                 for d in run.inputs.dataset_inputs)
-    assert got == [("data/train", hashlib.sha256((data / "train.jsonl").read_bytes()).hexdigest()[:10], "training"),
-                   ("data/val", hashlib.sha256((data / "val.jsonl").read_bytes()).hexdigest()[:10], "validation")]
+    got = sorted(
+        (d.dataset.name, d.dataset.digest, [(x.key, x.value) for x in d.tags][0][1]) for d in run.inputs.dataset_inputs
+    )
+    assert got == [
+        ("data/train", hashlib.sha256((data / "train.jsonl").read_bytes()).hexdigest()[:10], "training"),
+        ("data/val", hashlib.sha256((data / "val.jsonl").read_bytes()).hexdigest()[:10], "validation"),
+    ]
     tags = run.data.tags
     assert tags["mlflow.source.name"] == "rspo train" and tags["mlflow.source.type"] == "LOCAL"
     assert tags["mlflow.source.git.commit"] == tags["git_commit"] == tracking.git_commit()
@@ -111,9 +115,16 @@ def test_parallel_report_jobs_share_one_report_run(uri, tmp_path):
         f = tmp_path / f"{target}.png"
         f.write_bytes(b"\x89PNG fake " + target.encode())
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        procs.append(subprocess.Popen([sys.executable, "-c", _LOG_ONE, uri, target, str(f)], env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _LOG_ONE, uri, target, str(f)],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for p in procs:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()[-3000:]
     for p in procs:
@@ -136,8 +147,12 @@ def test_parallel_report_jobs_share_one_report_run(uri, tmp_path):
     for name, rid in ids.items():
         assert f"[{name}](#/experiments/{exp.experiment_id}/runs/{rid})" in note
     files = {a.path for folder in ("figures", "tables") for a in c.list_artifacts(run.info.run_id, folder)}
-    assert files == {"figures/fig1_reward.png", "figures/fig4_plugin.png", "figures/fig7_entropy.png",
-                     "tables/table_countdown.png"}
+    assert files == {
+        "figures/fig1_reward.png",
+        "figures/fig4_plugin.png",
+        "figures/fig7_entropy.png",
+        "tables/table_countdown.png",
+    }
     # mlflow-init finds the same run instead of making another
     assert tracking.report_run(uri, "rspo-test", "test") == run.info.run_id
 

@@ -35,13 +35,22 @@ def digit_task() -> Task:
 def make_cfg(assets: Path, **algo) -> TrainConfig:
     rl = {
         "model": {"path": str(assets / "base"), "threads": 1},
-        "data": {"task": "countdown", "train_path": str(assets / "data" / "train.jsonl"),
-                 "val_paths": {"val": str(assets / "data" / "val.jsonl")}},
+        "data": {
+            "task": "countdown",
+            "train_path": str(assets / "data" / "train.jsonl"),
+            "val_paths": {"val": str(assets / "data" / "val.jsonl")},
+        },
         "rollout": {"group_size": 4, "max_new_tokens": 8, "temperature": 1.0},
         "algorithm": {"algo": "gmpo", **algo},
         "optim": {"lr": 3e-2},
-        "schedule": {"total_steps": 2, "prompts_per_step": 4, "mini_batch_prompts": 2, "val_every": 2,
-                     "val_size": 4, "ckpt_every": 1},
+        "schedule": {
+            "total_steps": 2,
+            "prompts_per_step": 4,
+            "mini_batch_prompts": 2,
+            "val_every": 2,
+            "val_size": 4,
+            "ckpt_every": 1,
+        },
     }
     return train_config_from_dict(rl, seed=0, run_name="test")
 
@@ -57,11 +66,15 @@ def read_metrics(out: Path) -> list[dict]:
 
 
 CASES = [
-    dict(algo="grpo"), dict(algo="grpo", router_shift=True),
-    dict(algo="gspo"), dict(algo="gspo", router_shift=True),
-    dict(algo="gmpo"), dict(algo="gmpo", router_shift=True),
+    dict(algo="grpo"),
+    dict(algo="grpo", router_shift=True),
+    dict(algo="gspo"),
+    dict(algo="gspo", router_shift=True),
+    dict(algo="gmpo"),
+    dict(algo="gmpo", router_shift=True),
     dict(algo="gmpo", router_shift=True, stop_gradient=False),
-    dict(algo="gmpo", routing="freeze"), dict(algo="gmpo", routing="logit_replay"),
+    dict(algo="gmpo", routing="freeze"),
+    dict(algo="gmpo", routing="logit_replay"),
     dict(algo="gmpo", routing="index_replay"),
 ]
 
@@ -75,9 +88,19 @@ def test_smoke_run_every_algorithm_and_mode(assets, tmp_path, algo):
     train_rows = [r for r in rows if "critic/score/mean" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
     for r in train_rows:
-        for key in ("critic/score/mean", "actor/ppo_kl", "actor/pg_clipfrac", "actor/pg_loss", "actor/entropy",
-                    "actor/grad_norm", "router/shift_ratio_mean", "router/shift_clipfrac", "response_length/mean",
-                    "perf/step_s", "perf/tokens_per_s"):
+        for key in (
+            "critic/score/mean",
+            "actor/ppo_kl",
+            "actor/pg_clipfrac",
+            "actor/pg_loss",
+            "actor/entropy",
+            "actor/grad_norm",
+            "router/shift_ratio_mean",
+            "router/shift_clipfrac",
+            "response_length/mean",
+            "perf/step_s",
+            "perf/tokens_per_s",
+        ):
             assert key in r and math.isfinite(r[key]), key
         # the first mini-batch of a step is on-policy: every ratio is 1 and gamma is exactly 1
         assert r["router/onpolicy_shift_ratio_mean"] == 1.0
@@ -106,8 +129,10 @@ def _strip_perf(rows):
 
 
 def test_resume_after_kill_equals_uninterrupted_run(assets, tmp_path, monkeypatch):
-    cfg = dataclasses.replace(make_cfg(assets, algo="gmpo", router_shift=True),
-                              schedule=dataclasses.replace(make_cfg(assets).schedule, total_steps=3))
+    cfg = dataclasses.replace(
+        make_cfg(assets, algo="gmpo", router_shift=True),
+        schedule=dataclasses.replace(make_cfg(assets).schedule, total_steps=3),
+    )
     ref = tmp_path / "ref"
     Trainer(cfg, ref, task=digit_task()).run()
 
@@ -172,12 +197,30 @@ def test_cli_config_errors_name_the_key(assets, tmp_path, capsys):
     from rspo.train.cli import main
 
     root = Path(__file__).resolve().parents[1]
-    rc = main(["--preset", str(root / "configs" / "smoke.yaml"), "--out", str(tmp_path / "r"),
-               "--set", "algorithm.gamma_min=1.5", "--no-mlflow"])
+    rc = main(
+        [
+            "--preset",
+            str(root / "configs" / "smoke.yaml"),
+            "--out",
+            str(tmp_path / "r"),
+            "--set",
+            "algorithm.gamma_min=1.5",
+            "--no-mlflow",
+        ]
+    )
     assert rc == 2
     assert "rl.algorithm.gamma_min" in capsys.readouterr().err
-    rc = main(["--preset", str(root / "configs" / "smoke.yaml"), "--run", "nope-s0", "--out", str(tmp_path / "r"),
-               "--no-mlflow"])
+    rc = main(
+        [
+            "--preset",
+            str(root / "configs" / "smoke.yaml"),
+            "--run",
+            "nope-s0",
+            "--out",
+            str(tmp_path / "r"),
+            "--no-mlflow",
+        ]
+    )
     assert rc == 2
 
 
@@ -190,10 +233,26 @@ def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "gmpo-rs0.8-s0"
-    rc = main(["--preset", str(root / "configs" / "smoke.yaml"), "--run", "gmpo-rs0.8-s0",
-               "--base-model", str(assets / "base"), "--train-data", str(assets / "data" / "train.jsonl"),
-               "--val", f"val={assets / 'data' / 'val.jsonl'}", "--out", str(out),
-               "--set", "schedule.total_steps=1", "--set", "rollout.max_new_tokens=6"])
+    rc = main(
+        [
+            "--preset",
+            str(root / "configs" / "smoke.yaml"),
+            "--run",
+            "gmpo-rs0.8-s0",
+            "--base-model",
+            str(assets / "base"),
+            "--train-data",
+            str(assets / "data" / "train.jsonl"),
+            "--val",
+            f"val={assets / 'data' / 'val.jsonl'}",
+            "--out",
+            str(out),
+            "--set",
+            "schedule.total_steps=1",
+            "--set",
+            "rollout.max_new_tokens=6",
+        ]
+    )
     assert rc == 0
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("rspo-smoke")
@@ -211,8 +270,10 @@ def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):
     assert run.data.tags["mlflow.source.name"] == "rspo train" and run.data.tags["mlflow.source.type"] == "LOCAL"
     assert run.data.tags["mlflow.source.git.commit"] == run.data.tags["git_commit"]
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
-    inputs = {(d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]): d.dataset
-              for d in client.get_run(run.info.run_id).inputs.dataset_inputs}
+    inputs = {
+        (d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]): d.dataset
+        for d in client.get_run(run.info.run_id).inputs.dataset_inputs
+    }
     assert set(inputs) == {("data/train", "training"), ("data/val", "validation")}
     train = assets / "data" / "train.jsonl"
     assert inputs[("data/train", "training")].digest == hashlib.sha256(train.read_bytes()).hexdigest()[:10]
@@ -227,9 +288,21 @@ def test_cli_run_in_a_log_writes_one_parseable_progress_line_per_step(assets, tm
     from rspo.train.cli import main
 
     root = Path(__file__).resolve().parents[1]
-    args = ["--preset", str(root / "configs" / "smoke.yaml"), "--run", "gmpo-rs0.8-s0",
-            "--base-model", str(assets / "base"), "--train-data", str(assets / "data" / "train.jsonl"),
-            "--val", f"val={assets / 'data' / 'val.jsonl'}", "--set", "rollout.max_new_tokens=6", "--no-mlflow"]
+    args = [
+        "--preset",
+        str(root / "configs" / "smoke.yaml"),
+        "--run",
+        "gmpo-rs0.8-s0",
+        "--base-model",
+        str(assets / "base"),
+        "--train-data",
+        str(assets / "data" / "train.jsonl"),
+        "--val",
+        f"val={assets / 'data' / 'val.jsonl'}",
+        "--set",
+        "rollout.max_new_tokens=6",
+        "--no-mlflow",
+    ]
     out = tmp_path / "run"
     assert main([*args, "--out", str(out), "--set", "schedule.total_steps=3", "--set", "schedule.val_every=2"]) == 0
     captured = capsys.readouterr()
@@ -262,10 +335,13 @@ def test_the_trainer_learns_a_dense_reward(assets, tmp_path, algo):
     shifted log-prob would push it down)."""
     cfg = make_cfg(assets, algo=algo, router_shift=True)
     cfg = dataclasses.replace(
-        cfg, rollout=dataclasses.replace(cfg.rollout, group_size=8, max_new_tokens=12),
+        cfg,
+        rollout=dataclasses.replace(cfg.rollout, group_size=8, max_new_tokens=12),
         optim=dataclasses.replace(cfg.optim, lr=1e-2, warmup_steps=0),
-        schedule=dataclasses.replace(cfg.schedule, total_steps=15, prompts_per_step=8, mini_batch_prompts=4,
-                                     val_every=0, ckpt_every=0))
+        schedule=dataclasses.replace(
+            cfg.schedule, total_steps=15, prompts_per_step=8, mini_batch_prompts=4, val_every=0, ckpt_every=0
+        ),
+    )
     Trainer(cfg, tmp_path / "run", task=digit_task()).run()
     scores = [r["critic/score/mean"] for r in read_metrics(tmp_path / "run") if "critic/score/mean" in r]
     first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3

@@ -292,7 +292,9 @@ def _lcb_items():
     return items["lcb/3901"], items["lcb/abc901_a"]  # functional countGreater, stdin a+b
 
 
-LCB_FUNCTIONAL_GOLD = "class Solution:\n    def countGreater(self, nums, k):\n        return sum(1 for x in nums if x > k)\n"
+LCB_FUNCTIONAL_GOLD = (
+    "class Solution:\n    def countGreater(self, nums, k):\n        return sum(1 for x in nums if x > k)\n"
+)
 LCB_STDIN_GOLD = "a, b = map(int, input().split())\nprint(a + b)\n"
 
 
@@ -314,8 +316,10 @@ def test_humaneval_and_mbpp_attacks_score_zero_and_gold_scores_one():
     he, mb = _he_item(), _mbpp_item()
     he_fn, mb_fn = he["meta"]["entry_point"], "list_product"
     progs, tests, names = [], [], []
-    for kind, item, fn, gold in (("humaneval", he, he_fn, he["prompt"] + he["meta"]["canonical_solution"]),
-                                 ("mbpp", mb, mb_fn, mb["meta"]["reference_code"])):
+    for kind, item, fn, gold in (
+        ("humaneval", he, he_fn, he["prompt"] + he["meta"]["canonical_solution"]),
+        ("mbpp", mb, mb_fn, mb["meta"]["reference_code"]),
+    ):
         for name, src in [("gold", gold)] + list(_attack_programs(fn).items()):
             p, t = S.assert_harness(src, item["tests"])
             progs.append(p)
@@ -324,11 +328,16 @@ def test_humaneval_and_mbpp_attacks_score_zero_and_gold_scores_one():
     results = score_batch(progs, tests, workers=2)
     gold = {n: r for n, r in zip(names, results) if n.endswith(":gold")}
     assert all(r == (1.0, "ok") for r in gold.values()), gold
-    _assert_scores([r for n, r in zip(names, results) if not n.endswith(":gold")],
-                   [n for n in names if not n.endswith(":gold")], "humaneval/mbpp")
+    _assert_scores(
+        [r for n, r in zip(names, results) if not n.endswith(":gold")],
+        [n for n in names if not n.endswith(":gold")],
+        "humaneval/mbpp",
+    )
 
 
-@pytest.mark.parametrize("dataset,path", [("humaneval", "humanevalplus_sample.jsonl"), ("mbpp", "mbppplus_sample.jsonl")])
+@pytest.mark.parametrize(
+    "dataset,path", [("humaneval", "humanevalplus_sample.jsonl"), ("mbpp", "mbppplus_sample.jsonl")]
+)
 def test_evalplus_attacks_score_zero_and_gold_scores_one(dataset, path):
     name = "humaneval_plus" if dataset == "humaneval" else "mbpp_plus"
     prob = B.load_evalplus(name, f"{FX}/{path}")[0]["meta"]["problem"]
@@ -360,14 +369,20 @@ def test_slow_solution_times_out_and_late_answers_are_not_accepted():
 
 
 def test_checks_that_swallow_exceptions_do_not_hide_a_broken_session():
-    tests = {"kind": "assert_harness", "call": "",
-             "code": "try:\n    f(1)\nexcept BaseException:\n    pass\ntry:\n    f(2)\nexcept:\n    pass\n"}
+    tests = {
+        "kind": "assert_harness",
+        "call": "",
+        "code": "try:\n    f(1)\nexcept BaseException:\n    pass\ntry:\n    f(2)\nexcept:\n    pass\n",
+    }
     p, t = S.assert_harness("import os\ndef f(x):\n    os._exit(0)\n", tests)
     r = score(p, t)
     assert r[0] == 0.0 and "ended" in r[1], r
     # an ordinary exception of the solution is an ordinary exception in the checks
-    tests2 = {"kind": "assert_harness", "call": "",
-              "code": "try:\n    f(-1)\n    assert False\nexcept ValueError:\n    pass\nassert f(3) == 9\n"}
+    tests2 = {
+        "kind": "assert_harness",
+        "call": "",
+        "code": "try:\n    f(-1)\n    assert False\nexcept ValueError:\n    pass\nassert f(3) == 9\n",
+    }
     p, t = S.assert_harness("def f(x):\n    if x < 0:\n        raise ValueError('neg')\n    return x * x\n", tests2)
     assert score(p, t) == (1.0, "ok")
 
@@ -384,8 +399,25 @@ def test_stub_names_and_stdlib_modules():
 
 
 def test_codec_is_plain_data_only():
-    vals = [None, True, 0, -3, 10**40, -(10**40), 1.5, float("inf"), float("-inf"), "", "x\u00e9", b"\x00\xff",
-            [1, [2, (3,)]], (), {1: "a", (1, 2): [None]}, {1, 2}, frozenset({"a"})]
+    vals = [
+        None,
+        True,
+        0,
+        -3,
+        10**40,
+        -(10**40),
+        1.5,
+        float("inf"),
+        float("-inf"),
+        "",
+        "x\u00e9",
+        b"\x00\xff",
+        [1, [2, (3,)]],
+        (),
+        {1: "a", (1, 2): [None]},
+        {1, 2},
+        frozenset({"a"}),
+    ]
     for v in vals:
         assert decode_value(encode_value(v)) == v and type(decode_value(encode_value(v))) is type(v)
     nan = decode_value(encode_value(float("nan")))
@@ -393,8 +425,19 @@ def test_codec_is_plain_data_only():
     for bad in (object(), 1j, [object()], {"a": lambda: 0}):
         with pytest.raises(CodecError):
             encode_value(bad)
-    for tree in ("x", 1.5, {"a": 1}, ["q", 1], ["l", "notalist"], ["d", [[["l", []], 1]]], ["s", [["l", []]]],
-                 1 << 70, ["i", "zz"], ["f", "nope"], ["u", 3]):
+    for tree in (
+        "x",
+        1.5,
+        {"a": 1},
+        ["q", 1],
+        ["l", "notalist"],
+        ["d", [[["l", []], 1]]],
+        ["s", [["l", []]]],
+        1 << 70,
+        ["i", "zz"],
+        ["f", "nope"],
+        ["u", 3],
+    ):
         with pytest.raises(CodecError):
             decode_value(tree)
     deep = None

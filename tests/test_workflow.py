@@ -34,8 +34,9 @@ def make_workspace(path: Path) -> Path:
 def snakemake(ws: Path, *args: str, timeout: int = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=ws, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=ws, env=env, text=True, capture_output=True, timeout=timeout
+    )
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -151,8 +152,10 @@ BAD = {
     "gamma": (lambda d: d["rl"]["algorithm"].update(gamma_min=1.5), "rl.algorithm.gamma_min: 1.5 is greater than"),
     "algo": (lambda d: d["grid"]["plugin"].update(algos=["grpo", "ppo"]), "grid.plugin.algos[1]: 'ppo' is not one of"),
     "name": (lambda d: d.update(preset="other"), "must equal the file name"),
-    "processes": (lambda d: d.setdefault("resources", {}).setdefault("train", {}).update(processes=3),
-                  "rl.schedule.prompts_per_step: 32 prompts cannot be split over 3 data-parallel processes"),
+    "processes": (
+        lambda d: d.setdefault("resources", {}).setdefault("train", {}).update(processes=3),
+        "rl.schedule.prompts_per_step: 32 prompts cannot be split over 3 data-parallel processes",
+    ),
 }
 
 
@@ -166,8 +169,9 @@ def test_malformed_preset_fails_before_any_job(ws, case):
     assert not (ws / "results").exists(), "a job ran although the preset is invalid"
 
 
-@pytest.mark.parametrize("config,message", [(["preset=nope"], "configs/nope.yaml"),
-                                            (["preset=small", "seeds=[-1]"], "seeds")])
+@pytest.mark.parametrize(
+    "config,message", [(["preset=nope"], "configs/nope.yaml"), (["preset=small", "seeds=[-1]"], "seeds")]
+)
 def test_bad_snakemake_config_fails(ws, config, message):
     r = snakemake(ws, "-n", "--config", *config)
     assert r.returncode != 0
@@ -210,8 +214,14 @@ def test_report_rules_run_on_fake_outputs_and_make_an_html_report(ws):
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     counts = job_counts(r.stdout + r.stderr)
     assert set(counts) == set(targets) | {"total"}, counts  # nothing upstream re-ran
-    for f in ("figures/fig4_plugin.pdf", "figures/fig4_plugin.png", "tables/table_main.md",
-              "tables/table_main.tex", "tables/table_countdown.md", "tables/table_efficiency.tex"):
+    for f in (
+        "figures/fig4_plugin.pdf",
+        "figures/fig4_plugin.png",
+        "tables/table_main.md",
+        "tables/table_main.tex",
+        "tables/table_countdown.md",
+        "tables/table_efficiency.tex",
+    ):
         assert (res / f).stat().st_size > 100, f
     # onstart created the preset's MLflow store in the working directory, not in the repository
     assert (res / "mlflow" / "mlflow.db").is_file()
@@ -249,7 +259,12 @@ def test_smoke_dag_end_to_end_with_the_library(ws):
         assert (res / "runs" / name / "metrics.jsonl").stat().st_size > 0, name
     assert json_load(res / "eval" / "base" / "countdown.json")["splits"]["val"]["n"] == 16
     assert set(json_load(res / "eval" / "math-gmpo-rs0.8-s0" / "math.json")["benchmarks"]) == {
-        "aime24", "amc23", "math500", "minerva", "olympiadbench"}
+        "aime24",
+        "amc23",
+        "math500",
+        "minerva",
+        "olympiadbench",
+    }
     assert not (ws / "mlflow.db").exists() and not (ws / "mlruns").exists()  # no store in the cwd
     import mlflow
 
@@ -287,7 +302,10 @@ def test_smoke_dag_end_to_end_with_the_library(ws):
     assert rows[-1]["step"] == rows[-1]["total"] and isinstance(rows[-1]["metrics"]["acc"], float)
     assert progress(res / "logs" / "eval" / "base.countdown.log")[-1]["metrics"]["acc"] is not None
     assert {r["label"] for r in progress(res / "logs" / "data" / "countdown.log")} == {
-        "generate train", "generate val", "generate val_target"}
+        "generate train",
+        "generate val",
+        "generate val_target",
+    }
 
     # reruns follow what changed: nothing, then an eval edit (no retraining, no pretraining),
     # then an RL edit (every run retrains; data and pretraining stay)

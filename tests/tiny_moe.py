@@ -22,8 +22,17 @@ import torch
 ARCHS: tuple[str, ...] = ("qwen2_moe", "qwen3_moe", "mixtral", "olmoe")
 
 
-def _config(arch: str, *, num_experts: int, top_k: int, num_layers: int, hidden: int, vocab: int,
-            norm_topk_prob: bool, overrides: dict):
+def _config(
+    arch: str,
+    *,
+    num_experts: int,
+    top_k: int,
+    num_layers: int,
+    hidden: int,
+    vocab: int,
+    norm_topk_prob: bool,
+    overrides: dict,
+):
     common = dict(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -40,32 +49,43 @@ def _config(arch: str, *, num_experts: int, top_k: int, num_layers: int, hidden:
     if arch == "qwen2_moe":
         from transformers import Qwen2MoeConfig
 
-        cfg = dict(common, intermediate_size=2 * hidden, moe_intermediate_size=hidden,
-                   shared_expert_intermediate_size=hidden, num_experts=num_experts,
-                   norm_topk_prob=norm_topk_prob, decoder_sparse_step=1, mlp_only_layers=[])
+        cfg = dict(
+            common,
+            intermediate_size=2 * hidden,
+            moe_intermediate_size=hidden,
+            shared_expert_intermediate_size=hidden,
+            num_experts=num_experts,
+            norm_topk_prob=norm_topk_prob,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
         cfg.update(overrides)
         return Qwen2MoeConfig(**cfg)
     if arch == "qwen3_moe":
         from transformers import Qwen3MoeConfig
 
-        cfg = dict(common, intermediate_size=2 * hidden, moe_intermediate_size=hidden,
-                   num_experts=num_experts, norm_topk_prob=norm_topk_prob,
-                   decoder_sparse_step=1, mlp_only_layers=[])
+        cfg = dict(
+            common,
+            intermediate_size=2 * hidden,
+            moe_intermediate_size=hidden,
+            num_experts=num_experts,
+            norm_topk_prob=norm_topk_prob,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
         cfg.update(overrides)
         return Qwen3MoeConfig(**cfg)
     if arch == "mixtral":
         from transformers import MixtralConfig
 
         # Mixtral has no norm_topk_prob: its router always renormalises the top-K weights.
-        cfg = dict(common, intermediate_size=hidden, num_local_experts=num_experts,
-                   router_jitter_noise=0.0)
+        cfg = dict(common, intermediate_size=hidden, num_local_experts=num_experts, router_jitter_noise=0.0)
         cfg.update(overrides)
         return MixtralConfig(**cfg)
     if arch == "olmoe":
         from transformers import OlmoeConfig
 
-        cfg = dict(common, intermediate_size=hidden, num_experts=num_experts,
-                   norm_topk_prob=norm_topk_prob)
+        cfg = dict(common, intermediate_size=hidden, num_experts=num_experts, norm_topk_prob=norm_topk_prob)
         cfg.update(overrides)
         return OlmoeConfig(**cfg)
     raise ValueError(f"unknown MoE architecture {arch!r}; expected one of {ARCHS}")
@@ -96,9 +116,16 @@ def make_tiny_moe(
         raise ValueError(f"top_k={top_k} must be in [1, num_experts={num_experts}]")
     from transformers import AutoModelForCausalLM
 
-    config = _config(arch, num_experts=num_experts, top_k=top_k, num_layers=num_layers,
-                     hidden=hidden, vocab=vocab, norm_topk_prob=norm_topk_prob,
-                     overrides=overrides)
+    config = _config(
+        arch,
+        num_experts=num_experts,
+        top_k=top_k,
+        num_layers=num_layers,
+        hidden=hidden,
+        vocab=vocab,
+        norm_topk_prob=norm_topk_prob,
+        overrides=overrides,
+    )
     with torch.random.fork_rng(devices=[]):  # do not disturb the caller's RNG
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -107,9 +134,20 @@ def make_tiny_moe(
 
 # A tiny Countdown RL setting on disk: 64 training problems and a random-init Qwen2-MoE base
 # checkpoint with the project tokenizer (tests of the trainer and of data-parallel training).
-TRAIN_ARCH = dict(arch="qwen2_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64,
-                  moe_intermediate_size=32, num_experts=4, top_k=1, norm_topk_prob=False,
-                  shared_expert_intermediate_size=0, max_position_embeddings=96)
+TRAIN_ARCH = dict(
+    arch="qwen2_moe",
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    num_kv_heads=2,
+    intermediate_size=64,
+    moe_intermediate_size=32,
+    num_experts=4,
+    top_k=1,
+    norm_topk_prob=False,
+    shared_expert_intermediate_size=0,
+    max_position_embeddings=96,
+)
 
 
 def make_train_assets(root):
@@ -118,9 +156,24 @@ def make_train_assets(root):
     from rspo.models import build_model, save_checkpoint
     from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
 
-    generate(CountdownConfig(num_numbers=3, max_number=20, min_target=10, max_target=40, train_size=64,
-                             val_size=8, val_target_size=8, seed=1), root / "data")
+    generate(
+        CountdownConfig(
+            num_numbers=3,
+            max_number=20,
+            min_target=10,
+            max_target=40,
+            train_size=64,
+            val_size=8,
+            val_target_size=8,
+            seed=1,
+        ),
+        root / "data",
+    )
     tok = build_tokenizer()
-    save_checkpoint(build_model(TRAIN_ARCH, tok, seed=0), tok, root / "base",
-                    meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
+    save_checkpoint(
+        build_model(TRAIN_ARCH, tok, seed=0),
+        tok,
+        root / "base",
+        meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)},
+    )
     return root

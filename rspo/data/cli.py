@@ -46,8 +46,9 @@ def build_prepare_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="seed of the fallback generator / of the hub subsample")
     ap.add_argument("--n-fallback", type=int, default=2000, help="fallback size when --limit is not given")
     ap.add_argument("--revision", default=None, help="math hub: DeepScaleR revision (default: the pinned one)")
-    ap.add_argument("--sources", default=None,
-                    help="code hub: comma-separated subset of primeintellect,taco,lcbv5,leetcode")
+    ap.add_argument(
+        "--sources", default=None, help="code hub: comma-separated subset of primeintellect,taco,lcbv5,leetcode"
+    )
     ap.add_argument("--cutoff", default=None, help="code: keep problems dated before this day (default 2024-08-01)")
     ap.add_argument("--max-cases", type=int, default=None, help="code: keep at most this many tests per problem")
     return ap
@@ -64,7 +65,10 @@ def prepare_main(argv: list[str] | None = None) -> int:
             from rspo.data import math as m
 
             recs = m.load_math_train(
-                args.source, limit=args.limit, seed=args.seed, n_fallback=args.n_fallback,
+                args.source,
+                limit=args.limit,
+                seed=args.seed,
+                n_fallback=args.n_fallback,
                 revision=args.revision or m.DEEPSCALER_REVISION,
             )
             for i, r in enumerate(recs):
@@ -76,8 +80,14 @@ def prepare_main(argv: list[str] | None = None) -> int:
             if args.sources:
                 kw["sources"] = tuple(s.strip() for s in args.sources.split(",") if s.strip())
             recs = c.load_code_train(
-                args.source, limit=args.limit, seed=args.seed, n_fallback=args.n_fallback,
-                cutoff=args.cutoff or c.LCB_TRAIN_CUTOFF, max_cases=args.max_cases, stats=stats, **kw,
+                args.source,
+                limit=args.limit,
+                seed=args.seed,
+                n_fallback=args.n_fallback,
+                cutoff=args.cutoff or c.LCB_TRAIN_CUTOFF,
+                max_cases=args.max_cases,
+                stats=stats,
+                **kw,
             )
             for i, r in enumerate(recs):
                 c.validate_code_record(r, f"record {i}")
@@ -134,17 +144,21 @@ def build_generate_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--preset", help="YAML preset; its top-level 'countdown:' mapping gives defaults")
-    types = {f.name: (float if f.name == "heldout_target_frac" else int)
-             for f in dataclasses.fields(CountdownConfig)}
+    types = {f.name: (float if f.name == "heldout_target_frac" else int) for f in dataclasses.fields(CountdownConfig)}
     for name in _CLI_KEYS:
         default = CountdownConfig.__dataclass_fields__[name].default
-        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=types[name], default=None,
-                        help=f"(default {default})")
+        ap.add_argument(
+            f"--{name.replace('_', '-')}", dest=name, type=types[name], default=None, help=f"(default {default})"
+        )
     ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
-    ap.add_argument("--no-traces", dest="traces", action="store_false",
-                    help="omit search_path/optimal_path/rating/search_type (rebuilt on demand by "
-                         "format_completion); ~10x smaller and faster for 4 numbers")
+    ap.add_argument(
+        "--no-traces",
+        dest="traces",
+        action="store_false",
+        help="omit search_path/optimal_path/rating/search_type (rebuilt on demand by "
+        "format_completion); ~10x smaller and faster for 4 numbers",
+    )
     return ap
 
 
@@ -165,7 +179,6 @@ def generate_main(argv: list[str] | None = None) -> int:
         parser.error(str(e))  # exits with status 2 and the message on stderr
     t0 = time.perf_counter()
     meta = generate(cfg, args.out, workers=args.workers, traces=args.traces, progress=not args.quiet)
-    summary = {"out": str(args.out), "counts": meta["counts"],
-               "seconds": round(time.perf_counter() - t0, 2)}
+    summary = {"out": str(args.out), "counts": meta["counts"], "seconds": round(time.perf_counter() - t0, 2)}
     print(json.dumps(summary))
     return 0

@@ -363,7 +363,7 @@ def _order_args(args: list, kwargs: dict, params: list[str] | None) -> list | No
         return args
     if params is None:
         return args + list(kwargs.values())  # keyword order as written (follows the signature)
-    rest = params[len(args):]
+    rest = params[len(args) :]
     if set(kwargs) != set(rest):
         return None
     return args + [kwargs[p] for p in rest]
@@ -684,8 +684,10 @@ def _fallback_problem(rng: random.Random) -> dict:
     else:
         fn_name = "sum_of_multiples"
         starter = "def sum_of_multiples(n):\n    "
-        text = (f"Write a function sum_of_multiples(n) that returns the sum of the positive multiples of {k} "
-                "not greater than n.")
+        text = (
+            f"Write a function sum_of_multiples(n) that returns the sum of the positive multiples of {k} "
+            "not greater than n."
+        )
         sol = f"def sum_of_multiples(n):\n    return sum(range({k}, n + 1, {k}))\n"
         for _ in range(5):
             n = rng.randint(0, 60)

@@ -101,9 +101,7 @@ def normalise_answer(answer: Any, where: str) -> str | list[str]:
         if not out:
             raise ValueError(f"{where}: answer list is empty")
         return [a if isinstance(a, str) else str(a) for a in out]  # type: ignore[misc]
-    raise ValueError(
-        f"{where}: answer must be a string, number or list of strings, got {type(answer).__name__}"
-    )
+    raise ValueError(f"{where}: answer must be a string, number or list of strings, got {type(answer).__name__}")
 
 
 def normalise_deepscaler(rows: Iterable[dict[str, Any]], source: str = "deepscaler") -> list[dict]:
@@ -221,10 +219,7 @@ def _story(rng: random.Random) -> tuple[str, str, int]:
         a = rng.randint(10, 99)
         b, c = rng.randint(1, a - 1), rng.randint(1, 50)
         ans = a - b + c
-        text = (
-            f"{name} has {a} {item}s, loses {b}, and then finds {c}. "
-            f"How many {item}s does {name} have now?"
-        )
+        text = f"{name} has {a} {item}s, loses {b}, and then finds {c}. How many {item}s does {name} have now?"
         sol = f"After losing {b}: {a} - {b} = {a - b}. After finding {c}: {a - b} + {c} = {ans}."
     else:  # (a + b) * c
         a, b, c = rng.randint(1, 20), rng.randint(1, 20), rng.randint(2, 6)
@@ -268,4 +263,3 @@ def load_math_train(
     if source in ("", None):
         raise ValueError("math source must be 'hub', 'fallback' or a file path")
     return load_math_file(source, limit=limit)
-

@@ -10,8 +10,8 @@ Item::
 
 Math (the Dr. GRPO evaluation suite, sail-sg/understand-r1-zero ``datasets/evaluation_suite``,
 a ``save_to_disk`` DatasetDict, MIT; vendored in ``rspo/evaluate/data/math_eval_suite`` with its
-licence and source note, the default; or ``$RSPO_MATH_EVAL_SUITE``, or the ``path`` argument). Read with pyarrow (IPC stream files), so
-``datasets`` is not needed:
+licence and source note, the default; or ``$RSPO_MATH_EVAL_SUITE``, or the ``path``
+argument). Read with pyarrow (IPC stream files), so ``datasets`` is not needed:
 
 | name          | split          | rows | answer                                   |
 |---------------|----------------|------|------------------------------------------|
@@ -88,10 +88,28 @@ LCB_REPO = "livecodebench/code_generation_lite"
 LCB_REVISION = "main"  # release files are append-only: test4.jsonl / test5.jsonl never change
 LCB_V4_V5_FILES = ("test4.jsonl", "test5.jsonl")
 LCB_FIELDS = (
-    "question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
-    "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata",
+    "question_title",
+    "question_content",
+    "platform",
+    "question_id",
+    "contest_id",
+    "contest_date",
+    "starter_code",
+    "difficulty",
+    "public_test_cases",
+    "private_test_cases",
+    "metadata",
 )
-EVALPLUS_FIELDS = ("task_id", "entry_point", "prompt", "contract", "canonical_solution", "base_input", "plus_input", "atol")
+EVALPLUS_FIELDS = (
+    "task_id",
+    "entry_point",
+    "prompt",
+    "contract",
+    "canonical_solution",
+    "base_input",
+    "plus_input",
+    "atol",
+)
 
 
 def check_names(names: Sequence[str], known: Sequence[str], family: str) -> list[str]:
@@ -159,7 +177,12 @@ def load_math_benchmark(name: str, path: str | os.PathLike | None = None, limit:
         if r.get("difficulty") is not None:
             meta["difficulty"] = r["difficulty"]
         items.append(
-            {"id": f"{name}/{i}", "prompt": r["problem"], "answer": normalise_answer(r["answer"], f"{split} row {i}"), "meta": meta}
+            {
+                "id": f"{name}/{i}",
+                "prompt": r["problem"],
+                "answer": normalise_answer(r["answer"], f"{split} row {i}"),
+                "meta": meta,
+            }
         )
     return _limit(items, limit)
 
@@ -185,8 +208,13 @@ def load_humaneval(path: str | os.PathLike | None = None, limit: int | None = No
             {
                 "id": r["task_id"],
                 "prompt": r["prompt"],
-                "tests": {"kind": "assert_harness", "code": r["test"], "call": f"check({r['entry_point']})",
-                          "context": r["prompt"], "stubs": [r["entry_point"]]},
+                "tests": {
+                    "kind": "assert_harness",
+                    "code": r["test"],
+                    "call": f"check({r['entry_point']})",
+                    "context": r["prompt"],
+                    "stubs": [r["entry_point"]],
+                },
                 "meta": {"entry_point": r["entry_point"], "canonical_solution": r["canonical_solution"]},
             }
         )
@@ -215,7 +243,9 @@ def mbpp_items(rows: Sequence[dict]) -> list[dict]:
     return items
 
 
-def load_mbpp(path: str | os.PathLike | None = None, limit: int | None = None, revision: str = MBPP_REVISION) -> list[dict]:
+def load_mbpp(
+    path: str | os.PathLike | None = None, limit: int | None = None, revision: str = MBPP_REVISION
+) -> list[dict]:
     """MBPP full/test (500) from a local file in the hub schema, or the hub when ``path`` is None."""
     if path is not None:
         rows = read_rows(path)
@@ -373,4 +403,3 @@ def load_benchmark(name: str, limit: int | None = None, path: Any = None, **kwar
     if name in _EVALPLUS:
         return load_evalplus(name, path, limit)
     return load_livecodebench(path, limit=limit, **kwargs)
-

@@ -88,8 +88,9 @@ class PhaseProgress:
             self.bar = None
 
 
-def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], prompt_format: str,
-                       progress: PhaseProgress | None = None) -> dict[str, Any]:
+def evaluate_countdown(
+    model_dir: str, data_dir: str, settings: dict[str, Any], prompt_format: str, progress: PhaseProgress | None = None
+) -> dict[str, Any]:
     from rspo.data.countdown import load_split
     from rspo.rollout import load_generator
     from rspo.tasks import get_task, reason_counts
@@ -98,8 +99,12 @@ def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], 
     max_new = int(settings.get("max_new_tokens", 64))
     temperature = float(settings.get("temperature", 0.0))
     n = int(settings.get("n", 1)) if temperature > 0 else 1
-    gen = load_generator(model_dir, settings.get("backend", "hf"), max_new_tokens=max_new,
-                         progress=progress.advance if progress else None)
+    gen = load_generator(
+        model_dir,
+        settings.get("backend", "hf"),
+        max_new_tokens=max_new,
+        progress=progress.advance if progress else None,
+    )
     out: dict[str, Any] = {"model": str(model_dir), "temperature": temperature, "n": n, "splits": {}}
     for split in settings.get("splits", ["val", "val_target"]):
         records = load_split(Path(data_dir) / f"{split}.jsonl")
@@ -120,21 +125,32 @@ def evaluate_countdown(model_dir: str, data_dir: str, settings: dict[str, Any], 
             "accuracy": sum(per_problem) / len(per_problem),
             "n": len(records),
             "reasons": reason_counts(scored),
-            "samples": [{"prompt": prompts[i], "completion": flat[i * n], "score": scored[i * n][0],
-                         "reason": scored[i * n][1]} for i in range(min(5, len(records)))],
+            "samples": [
+                {"prompt": prompts[i], "completion": flat[i * n], "score": scored[i * n][0], "reason": scored[i * n][1]}
+                for i in range(min(5, len(records)))
+            ],
         }
     return out
 
 
-def _log_mlflow(preset: dict[str, Any], family: str, model_dir: str, result: dict[str, Any],
-                datasets: list[tuple[str, str]] | None = None) -> None:
+def _log_mlflow(
+    preset: dict[str, Any],
+    family: str,
+    model_dir: str,
+    result: dict[str, Any],
+    datasets: list[tuple[str, str]] | None = None,
+) -> None:
     from rspo.tracking import Tracker, default_tracking_uri, eval_run_name
 
     name = str(preset.get("preset", "preset"))
     experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
-    tracker = Tracker(default_tracking_uri(name), experiment, eval_run_name(family, model_dir),
-                      tags={"kind": "eval", "family": family, "model": str(model_dir), "preset": name},
-                      source=f"rspo evaluate {family}")
+    tracker = Tracker(
+        default_tracking_uri(name),
+        experiment,
+        eval_run_name(family, model_dir),
+        tags={"kind": "eval", "family": family, "model": str(model_dir), "preset": name},
+        source=f"rspo evaluate {family}",
+    )
     if datasets:
         tracker.log_datasets(datasets)
     metrics: dict[str, float] = {}
@@ -154,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(argv or [])
     families = ("countdown", "math", "code")
     if not argv or argv[0] not in families:
-        print(f"usage: python -m rspo evaluate {{{'|'.join(families)}}} --preset P --model DIR --out FILE ...",
-              file=sys.stderr)
+        print(
+            f"usage: python -m rspo evaluate {{{'|'.join(families)}}} --preset P --model DIR --out FILE ...",
+            file=sys.stderr,
+        )
         return 2
     family = argv[0]
     args = _parser(family).parse_args(argv[1:])
@@ -177,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         from rspo.evaluate import suites
         from rspo.rollout import load_generator
 
-        gen = load_generator(args.model, settings.get("backend", "hf"),
-                             max_new_tokens=int(settings.get("max_new_tokens", 512)), progress=progress.advance)
+        gen = load_generator(
+            args.model,
+            settings.get("backend", "hf"),
+            max_new_tokens=int(settings.get("max_new_tokens", 512)),
+            progress=progress.advance,
+        )
         kwargs = {k: settings[k] for k in ("benchmarks", "limit", "temperature", "workers") if k in settings}
         kwargs["on_benchmark"] = progress.start
         if family == "math":
@@ -197,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(result, args.out)
     if not args.no_mlflow:
         _log_mlflow(preset, family, args.model, result, datasets)
-    summary = ({s: r["accuracy"] for s, r in result["splits"].items()} if family == "countdown"
-               else {"average": result.get("average")})
+    summary = (
+        {s: r["accuracy"] for s, r in result["splits"].items()}
+        if family == "countdown"
+        else {"average": result.get("average")}
+    )
     print(json.dumps(summary))
     return 0

@@ -59,17 +59,15 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from rspo import prompts as P
 from rspo.evaluate import benchmarks as B
+from rspo.jsonl import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +101,20 @@ def generate(
     """Call ``generate_fn`` (in chunks of ``batch_size`` prompts) and check its output's shape."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    kw = {"max_new_tokens": max_new_tokens} if max_new_tokens is not None and _accepts_max_new_tokens(generate_fn) else {}
+    kw = (
+        {"max_new_tokens": max_new_tokens}
+        if max_new_tokens is not None and _accepts_max_new_tokens(generate_fn)
+        else {}
+    )
     step = batch_size or max(1, len(prompts))
     out: list[list[str]] = []
     for s in range(0, len(prompts), step):
         chunk = list(prompts[s : s + step])
         res = generate_fn(chunk, n, temperature, **kw)
         if not isinstance(res, (list, tuple)) or len(res) != len(chunk):
-            raise ValueError(f"generate_fn returned {type(res).__name__} of length {len(res) if hasattr(res, '__len__') else '?'} for {len(chunk)} prompts; expected a list of {len(chunk)} lists")
+            raise ValueError(
+                f"generate_fn returned {type(res).__name__} of length {len(res) if hasattr(res, '__len__') else '?'} for {len(chunk)} prompts; expected a list of {len(chunk)} lists"  # noqa: E501
+            )
         for i, comps in enumerate(res):
             if not isinstance(comps, (list, tuple)) or len(comps) != n or not all(isinstance(c, str) for c in comps):
                 raise ValueError(f"generate_fn output for prompt {s + i} is not a list of {n} strings")
@@ -118,7 +122,9 @@ def generate(
     return out
 
 
-def _samples_for(name: str, n_samples: int | Mapping[str, int] | None, temperature: float, default: Mapping[str, int]) -> int:
+def _samples_for(
+    name: str, n_samples: int | Mapping[str, int] | None, temperature: float, default: Mapping[str, int]
+) -> int:
     if isinstance(n_samples, int):
         n = n_samples
     else:
@@ -129,8 +135,15 @@ def _samples_for(name: str, n_samples: int | Mapping[str, int] | None, temperatu
     return 1 if temperature == 0 else n
 
 
-def _summarise(name: str, items: Sequence[dict], prompts: Sequence[str], comps: Sequence[Sequence[str]],
-               scores: Sequence[Sequence[tuple[float, str]]], n: int, n_examples: int) -> tuple[dict, list[dict]]:
+def _summarise(
+    name: str,
+    items: Sequence[dict],
+    prompts: Sequence[str],
+    comps: Sequence[Sequence[str]],
+    scores: Sequence[Sequence[tuple[float, str]]],
+    n: int,
+    n_examples: int,
+) -> tuple[dict, list[dict]]:
     per_problem = [sum(s for s, _ in row) / len(row) for row in scores]  # mean over samples
     res = {
         "pass@1": float(sum(per_problem) / len(per_problem)) if per_problem else 0.0,  # mean over problems
@@ -141,14 +154,26 @@ def _summarise(name: str, items: Sequence[dict], prompts: Sequence[str], comps: 
     examples = []
     for it, pr, row, sc in list(zip(items, prompts, comps, scores))[:n_examples]:
         examples.append(
-            {"benchmark": name, "id": it["id"], "prompt": pr, "completion": row[0], "score": sc[0][0], "reason": sc[0][1]}
+            {
+                "benchmark": name,
+                "id": it["id"],
+                "prompt": pr,
+                "completion": row[0],
+                "score": sc[0][0],
+                "reason": sc[0][1],
+            }
         )
     return res, examples
 
 
 def _finish(results: dict, examples: list, config: dict) -> dict:
     vals = [r["pass@1"] for r in results.values()]
-    return {"benchmarks": results, "average": float(sum(vals) / len(vals)) if vals else 0.0, "samples": examples, "config": config}
+    return {
+        "benchmarks": results,
+        "average": float(sum(vals) / len(vals)) if vals else 0.0,
+        "samples": examples,
+        "config": config,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,12 +197,15 @@ def evaluate_math(
     """Pass@1 on the math benchmarks (default: all five) under the Dr. GRPO protocol.
 
     ``on_benchmark(name, n_prompts)`` is called before each benchmark's generation (progress)."""
-    names = B.check_names(list(benchmarks) if benchmarks is not None else list(B.MATH_BENCHMARKS), tuple(B.MATH_BENCHMARKS), "math")
+    names = B.check_names(
+        list(benchmarks) if benchmarks is not None else list(B.MATH_BENCHMARKS), tuple(B.MATH_BENCHMARKS), "math"
+    )
     if template not in P.MATH_TEMPLATES:
         raise ValueError(f"unknown math template {template!r}; choose one of {list(P.MATH_TEMPLATES)}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     from rspo.rewards import math as reward
+
     results: dict[str, dict] = {}
     examples: list[dict] = []
     used_n: dict[str, int] = {}
@@ -198,8 +226,15 @@ def evaluate_math(
         results[name] = res
         examples += ex
         log.info("%s: pass@1 %.4f over %d problems x %d samples", name, res["pass@1"], len(items), n)
-    config = {"family": "math", "template": template, "temperature": temperature, "n_samples": used_n,
-              "limit": limit, "max_new_tokens": max_new_tokens, "timeout": timeout}
+    config = {
+        "family": "math",
+        "template": template,
+        "temperature": temperature,
+        "n_samples": used_n,
+        "limit": limit,
+        "max_new_tokens": max_new_tokens,
+        "timeout": timeout,
+    }
     return _finish(results, examples, config)
 
 
@@ -259,8 +294,15 @@ def assert_harness(program: str, tests: dict, timeout: float = HARNESS_TIMEOUT_S
         raise ValueError(f"expected an assert_harness test, got kind {tests.get('kind')!r}")
     code, call, context = tests["code"], tests.get("call") or "", tests.get("context") or ""
     stubs, modules = stub_names(code, call, context, tests.get("stubs") or ())
-    return program, {"kind": "assert", "code": code, "call": call, "context": context, "stubs": stubs,
-                     "modules": modules, "timeout": timeout}
+    return program, {
+        "kind": "assert",
+        "code": code,
+        "call": call,
+        "context": context,
+        "stubs": stubs,
+        "modules": modules,
+        "timeout": timeout,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,8 +312,17 @@ _GT_CACHE: dict[str, dict] = {}
 
 
 def _problem_key(dataset: str, problem: dict) -> str:
-    h = hashlib.md5(repr((problem["task_id"], problem["prompt"], problem["canonical_solution"],
-                          problem["base_input"], problem["plus_input"])).encode()).hexdigest()
+    h = hashlib.md5(
+        repr(
+            (
+                problem["task_id"],
+                problem["prompt"],
+                problem["canonical_solution"],
+                problem["base_input"],
+                problem["plus_input"],
+            )
+        ).encode()
+    ).hexdigest()
     return f"{dataset}:{h}"
 
 
@@ -285,10 +336,12 @@ def evalplus_ground_truth(dataset: str, problem: dict) -> dict:
         not_none = dataset == "mbpp" and problem["entry_point"] in MBPP_OUTPUT_NOT_NONE_TASKS
         code = problem["prompt"] + problem["canonical_solution"]
         oracle: dict[str, Any] = {}
-        oracle["base"], oracle["base_time"] = trusted_exec(code, problem["base_input"], problem["entry_point"],
-                                                           record_time=True, output_not_none=not_none)
-        oracle["plus"], oracle["plus_time"] = trusted_exec(code, problem["plus_input"], problem["entry_point"],
-                                                           record_time=True, output_not_none=not_none)
+        oracle["base"], oracle["base_time"] = trusted_exec(
+            code, problem["base_input"], problem["entry_point"], record_time=True, output_not_none=not_none
+        )
+        oracle["plus"], oracle["plus_time"] = trusted_exec(
+            code, problem["plus_input"], problem["entry_point"], record_time=True, output_not_none=not_none
+        )
         _GT_CACHE[key] = oracle
     return _GT_CACHE[key]
 
@@ -300,7 +353,9 @@ def _evalplus_one(args: tuple) -> tuple[float, str]:
     return check_evalplus(dataset, problem, solution, expected)
 
 
-def score_evalplus(dataset: str, problems: Sequence[dict], solutions: Sequence[str], workers: int | None = None) -> list[tuple[float, str]]:
+def score_evalplus(
+    dataset: str, problems: Sequence[dict], solutions: Sequence[str], workers: int | None = None
+) -> list[tuple[float, str]]:
     """Score (problem, solution) pairs as evalplus does (pass iff base and plus both pass).
 
     The solution runs in our sandbox and is only called; its outputs are compared with the
@@ -354,6 +409,7 @@ def evaluate_code(
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     from rspo.rewards import code as reward
+
     results: dict[str, dict] = {}
     examples: list[dict] = []
     used_n: dict[str, int] = {}
@@ -370,10 +426,14 @@ def evaluate_code(
         if on_benchmark is not None:
             on_benchmark(name, len(prompts))
         comps = generate(generate_fn, prompts, n, temperature, max_new_tokens, batch_size)
-        programs = [build_program(name, it, c, style, pre) for it, (_, pre), row in zip(items, built, comps) for c in row]
+        programs = [
+            build_program(name, it, c, style, pre) for it, (_, pre), row in zip(items, built, comps) for c in row
+        ]
         owners = [it for it in items for _ in range(n)]
         if name in _EVALPLUS_DATASET:
-            flat_scores = score_evalplus(_EVALPLUS_DATASET[name], [it["meta"]["problem"] for it in owners], programs, workers)
+            flat_scores = score_evalplus(
+                _EVALPLUS_DATASET[name], [it["meta"]["problem"] for it in owners], programs, workers
+            )
         else:
             progs, tests = [], []
             for it, prog in zip(owners, programs):
@@ -392,33 +452,22 @@ def evaluate_code(
         results[name] = res
         examples += ex
         log.info("%s: pass@1 %.4f over %d problems x %d samples", name, res["pass@1"], len(items), n)
-    config = {"family": "code", "style": style, "temperature": temperature, "n_samples": used_n, "limit": limit,
-              "max_new_tokens": max_new_tokens, "lcb_start_date": lcb_start_date, "lcb_end_date": lcb_end_date}
+    config = {
+        "family": "code",
+        "style": style,
+        "temperature": temperature,
+        "n_samples": used_n,
+        "limit": limit,
+        "max_new_tokens": max_new_tokens,
+        "lcb_start_date": lcb_start_date,
+        "lcb_end_date": lcb_end_date,
+    }
     return _finish(results, examples, config)
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers for the evaluate CLI
 # ---------------------------------------------------------------------------------------------
-def write_json_atomic(obj: Any, path: str | os.PathLike) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically (temporary file + rename)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False, allow_nan=False)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
-
-
 def run_math_eval(generate_fn: GenerateFn, out_json: str | os.PathLike, **kwargs: Any) -> dict:
     """``evaluate_math`` + write the result JSON; returns the result."""
     res = evaluate_math(generate_fn, **kwargs)
@@ -431,4 +480,3 @@ def run_code_eval(generate_fn: GenerateFn, out_json: str | os.PathLike, **kwargs
     res = evaluate_code(generate_fn, **kwargs)
     write_json_atomic(res, out_json)
     return res
-

@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
-RULE = ("Verdict rule: supported when the whole 95% CI of the effect lies on the claimed side of zero; "
-        "not supported when the whole CI lies below the claim's margin (the smallest effect that would matter), "
-        "i.e. a material effect in the claimed direction is excluded; inconclusive otherwise (also with fewer "
-        "than 2 seeds). Effects are paired over seeds (treatment - control, same seed); CI: Student's t.")
+RULE = (
+    "Verdict rule: supported when the whole 95% CI of the effect lies on the claimed side of zero; "
+    "not supported when the whole CI lies below the claim's margin (the smallest effect that would matter), "
+    "i.e. a material effect in the claimed direction is excluded; inconclusive otherwise (also with fewer "
+    "than 2 seeds). Effects are paired over seeds (treatment - control, same seed); CI: Student's t."
+)
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float, int]:
@@ -169,15 +171,39 @@ def format_rows(rows: list[Row]) -> list[tuple[str, list[str]]]:
     out = []
     for r in rows:
         ci = "–" if r.n < 2 else f"[{r.low:+.2f}, {r.high:+.2f}]"
-        out.append((r.claim.text, [r.claim.paper, r.regime, r.claim.effect_text, str(r.n),
-                                   "–" if math.isnan(r.mean) else f"{r.mean:+.2f}", ci, f"{r.claim.margin:g}",
-                                   r.verdict]))
+        out.append(
+            (
+                r.claim.text,
+                [
+                    r.claim.paper,
+                    r.regime,
+                    r.claim.effect_text,
+                    str(r.n),
+                    "–" if math.isnan(r.mean) else f"{r.mean:+.2f}",
+                    ci,
+                    f"{r.claim.margin:g}",
+                    r.verdict,
+                ],
+            )
+        )
     return out
 
 
 def summary(rows: list[Row]) -> dict[str, Any]:
-    return {"rows": [{"claim": r.claim.key, "regime": r.regime, "mean": r.mean, "low": r.low, "high": r.high,
-                      "n": r.n, "verdict": r.verdict} for r in rows]}
+    return {
+        "rows": [
+            {
+                "claim": r.claim.key,
+                "regime": r.regime,
+                "mean": r.mean,
+                "low": r.low,
+                "high": r.high,
+                "n": r.n,
+                "verdict": r.verdict,
+            }
+            for r in rows
+        ]
+    }
 
 
 # ---------------------------------------------------------------------------- the claims
@@ -188,23 +214,66 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
     rs = f"rs{gamma_min:g}"
     steps_margin = round(0.05 * total_steps, 1)
     return [
-        Claim("grpo-collapses", "GRPO collapses on MoE (falls further from its peak than GMPO)", "Sec. 3.1, Fig. 1",
-              "drop", "grpo", "gmpo", margin=2.0),
+        Claim(
+            "grpo-collapses",
+            "GRPO collapses on MoE (falls further from its peak than GMPO)",
+            "Sec. 3.1, Fig. 1",
+            "drop",
+            "grpo",
+            "gmpo",
+            margin=2.0,
+        ),
         Claim("rs-grpo", "RS stabilises GRPO as a plug-in", "Sec. 5.3, Fig. 4", "acc", f"grpo-{rs}", "grpo", 2.0),
         Claim("rs-gspo", "RS stabilises GSPO as a plug-in", "Sec. 5.3, Fig. 4", "acc", f"gspo-{rs}", "gspo", 2.0),
-        Claim("rs-gmpo", "RS stabilises GMPO as a plug-in (RSPO vs GMPO)", "Sec. 5.3, Fig. 4", "acc", f"gmpo-{rs}",
-              "gmpo", 2.0),
+        Claim(
+            "rs-gmpo",
+            "RS stabilises GMPO as a plug-in (RSPO vs GMPO)",
+            "Sec. 5.3, Fig. 4",
+            "acc",
+            f"gmpo-{rs}",
+            "gmpo",
+            2.0,
+        ),
         Claim("gmin-0.5", "γmin = 0.2 is worse than 0.5", "Sec. 5.4, Fig. 3", "acc", "gmpo-rs0.5", "gmpo-rs0.2", 2.0),
         Claim("gmin-0.8", "γmin = 0.2 is worse than 0.8", "Sec. 5.4, Fig. 3", "acc", "gmpo-rs0.8", "gmpo-rs0.2", 2.0),
-        Claim("nosg", "Backpropagating through γ collapses early", "App. B, Fig. 5", "steps", f"gmpo-{rs}",
-              f"gmpo-{rs}-nosg", steps_margin),
+        Claim(
+            "nosg",
+            "Backpropagating through γ collapses early",
+            "App. B, Fig. 5",
+            "steps",
+            f"gmpo-{rs}",
+            f"gmpo-{rs}-nosg",
+            steps_margin,
+        ),
         Claim("freeze", "Router freeze is worse than RS", "App. D, Fig. 8", "acc", f"gmpo-{rs}", "gmpo-freeze", 2.0),
-        Claim("logit-replay", "Logit replay is worse than RS", "App. D, Fig. 8", "acc", f"gmpo-{rs}",
-              "gmpo-logitreplay", 2.0),
-        Claim("index-replay", "Index replay is worse than RS", "App. D, Fig. 8", "acc", f"gmpo-{rs}",
-              "gmpo-indexreplay", 2.0),
-        Claim("throughput", "RS costs little throughput (RSPO keeps >= 75% of GMPO's update throughput)", "Sec. 5.5",
-              "throughput", "", "", margin=0.0, threshold=0.75),
+        Claim(
+            "logit-replay",
+            "Logit replay is worse than RS",
+            "App. D, Fig. 8",
+            "acc",
+            f"gmpo-{rs}",
+            "gmpo-logitreplay",
+            2.0,
+        ),
+        Claim(
+            "index-replay",
+            "Index replay is worse than RS",
+            "App. D, Fig. 8",
+            "acc",
+            f"gmpo-{rs}",
+            "gmpo-indexreplay",
+            2.0,
+        ),
+        Claim(
+            "throughput",
+            "RS costs little throughput (RSPO keeps >= 75% of GMPO's update throughput)",
+            "Sec. 5.5",
+            "throughput",
+            "",
+            "",
+            margin=0.0,
+            threshold=0.75,
+        ),
     ]
 
 
@@ -214,8 +283,9 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
 
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
     total = int(((plan.preset.get("rl") or {}).get("schedule") or {}).get("total_steps", 100))
-    stress_total = int((((plan.preset.get("stress") or {}).get("rl") or {}).get("schedule") or {}).get(
-        "total_steps", total))
+    stress_total = int(
+        (((plan.preset.get("stress") or {}).get("rl") or {}).get("schedule") or {}).get("total_steps", total)
+    )
     rows: list[Row] = []
     regimes = [("natural", "", total)] + ([("stress", STRESS_PREFIX, stress_total)] if "stress" in plan.preset else [])
     for regime, prefix, steps in regimes:
@@ -225,17 +295,21 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
             values: dict[str, dict[int, float]] = {}
             for method in (claim.treatment, claim.control):
                 names = [n for n, r in plan.runs.items() if r.task == "countdown" and r.method == prefix + method]
-                values[method] = {plan.runs[n].seed: run_measure(claim.measure, n, eval_dir=Path(eval_dir),
-                                                                 runs_dir=Path(runs_dir), splits=splits)
-                                  for n in names}
+                values[method] = {
+                    plan.runs[n].seed: run_measure(
+                        claim.measure, n, eval_dir=Path(eval_dir), runs_dir=Path(runs_dir), splits=splits
+                    )
+                    for n in names
+                }
             if values[claim.treatment] and values[claim.control]:
                 rows.append(effect_row(claim, regime, values))
     if bench_file is not None:
         data = json.loads(Path(bench_file).read_text())
         ratios = data.get("rs_throughput_ratio_per_step")
         if not isinstance(ratios, list) or not ratios:
-            raise ValueError(f"{bench_file}: rs_throughput_ratio_per_step must be a non-empty list "
-                             "(rerun `python -m rspo bench`)")
+            raise ValueError(
+                f"{bench_file}: rs_throughput_ratio_per_step must be a non-empty list (rerun `python -m rspo bench`)"
+            )
         claim = paper_claims(plan.default_gamma, total)[-1]
         rows.append(effect_row(claim, "benchmark", {"throughput": dict(enumerate(map(float, ratios)))}))
     return rows
@@ -258,9 +332,19 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         "collapse (collapse detector), runs that never collapse count with their full length; throughput = "
         "RSPO/GMPO update tokens/s per benchmark step.",
         "n = seeds with both runs (benchmark: measured steps). Regimes: natural = the preset's rl section"
-        + (f"; stress = the same with the overlay {json.dumps(stress)} (drift as the controlled variable, "
-           "not in the paper)" if stress else "") + ".",
+        + (
+            f"; stress = the same with the overlay {json.dumps(stress)} (drift as the controlled variable, "
+            "not in the paper)"
+            if stress
+            else ""
+        )
+        + ".",
         f"Preset {plan.name}. The paper's claims are at 30B-parameter scale; a verdict here is about this scale only.",
     ]
-    return Table(title=f"The paper's claims at small scale ({plan.name})", columns=columns, rows=table_rows,
-                 notes=notes, first_column="Claim")
+    return Table(
+        title=f"The paper's claims at small scale ({plan.name})",
+        columns=columns,
+        rows=table_rows,
+        notes=notes,
+        first_column="Claim",
+    )

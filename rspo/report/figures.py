@@ -100,8 +100,14 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
 
 def val_sets(frames: dict[str, pd.DataFrame]) -> list[str]:
     """Validation sets logged by any run (val/<set>/score), `val` first."""
-    sets = sorted({c.split("/")[1] for df in frames.values() for c in df.columns
-                   if c.startswith("val/") and c.endswith("/score") and c.count("/") == 2})
+    sets = sorted(
+        {
+            c.split("/")[1]
+            for df in frames.values()
+            for c in df.columns
+            if c.startswith("val/") and c.endswith("/score") and c.count("/") == 2
+        }
+    )
     return sorted(sets, key=lambda s: (s != "val", s))
 
 
@@ -148,8 +154,9 @@ def panels_for(figure: str, plan: Plan, runs: list[str]) -> list[Panel]:
 # ---------------------------------------------------------------------------- drawing
 
 
-def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | Path,
-                 runs: list[str] | None = None) -> tuple[Path, Path]:
+def build_figure(
+    figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | Path, runs: list[str] | None = None
+) -> tuple[Path, Path]:
     """Draw `figure` for the preset's runs (or the given `runs`) into out_pdf and a PNG beside it."""
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; choose one of {list(FIGURES)}")
@@ -201,8 +208,16 @@ def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | P
             if panel.metric not in df.columns:
                 continue
             d = df[["step", panel.metric]].dropna()
-            parts.append(pd.DataFrame({"step": d["step"].to_numpy(), "value": d[panel.metric].to_numpy(),
-                                       "label": styles[n][0], "seed": run.seed}))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "step": d["step"].to_numpy(),
+                        "value": d[panel.metric].to_numpy(),
+                        "label": styles[n][0],
+                        "seed": run.seed,
+                    }
+                )
+            )
         if not parts:
             if panel.required:
                 raise ValueError(f"{figure}: no run logged {panel.metric!r} (runs: {names}, dir {runs_dir})")
@@ -211,9 +226,18 @@ def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | P
         data = pd.concat(parts, ignore_index=True)
         present = [lab for lab in labels if lab in set(data["label"])]
         sns.lineplot(
-            data=data, x="step", y="value", hue="label", hue_order=present, style="label", style_order=present,
-            palette={k: palette[k] for k in present}, dashes={k: dashes[k] for k in present},
-            estimator="mean", errorbar=min_max if several_seeds else None, ax=ax,
+            data=data,
+            x="step",
+            y="value",
+            hue="label",
+            hue_order=present,
+            style="label",
+            style_order=present,
+            palette={k: palette[k] for k in present},
+            dashes={k: dashes[k] for k in present},
+            estimator="mean",
+            errorbar=min_max if several_seeds else None,
+            ax=ax,
         )
         leg = ax.get_legend()
         if leg is not None:
@@ -226,11 +250,17 @@ def build_figure(figure: str, plan: Plan, runs_dir: str | Path, out_pdf: str | P
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(METRIC_LABELS.get(panel.metric, "Validation score"))
         sns.despine(ax=ax)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     order = [lab for lab in labels if lab in handles]
     fig.tight_layout()
-    legend = fig.legend([handles[lab] for lab in order], order, loc="lower center", bbox_to_anchor=(0.5, 1.0),
-                        ncol=min(len(order), 4), frameon=False)
+    legend = fig.legend(
+        [handles[lab] for lab in order],
+        order,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=min(len(order), 4),
+        frameon=False,
+    )
     legend.set_title(band_note(n_seeds))
     return style.save(fig, out_pdf)

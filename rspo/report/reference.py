@@ -47,7 +47,12 @@ TABLE1: dict[str, dict[str, dict[str, float]]] = {
         "gspo": {"aime24": 80.4, "amc23": 95.0, "math500": 93.6, "minerva": 48.9, "olympiadbench": 64.0, "avg": 76.4},
         "gmpo": {"aime24": 80.1, "amc23": 92.5, "math500": 94.2, "minerva": 49.3, "olympiadbench": 65.9, "avg": 76.4},
         "gmpo+rs": {
-            "aime24": 80.1, "amc23": 95.0, "math500": 94.2, "minerva": 50.7, "olympiadbench": 65.8, "avg": 77.1,
+            "aime24": 80.1,
+            "amc23": 95.0,
+            "math500": 94.2,
+            "minerva": 50.7,
+            "olympiadbench": 65.8,
+            "avg": 77.1,
         },
     },
     "code": {
@@ -86,7 +91,11 @@ def has_reference(table: str, preset: str) -> bool:
     return preset in PAPER_PRESETS.get(table, frozenset())
 
 
-def cache_gib(bytes_per_token_layer_k: float, tokens: int = PAPER_CACHE_TOKENS, layers: int = PAPER_CACHE_LAYERS,
-              topk: int = PAPER_CACHE_TOPK) -> float:
+def cache_gib(
+    bytes_per_token_layer_k: float,
+    tokens: int = PAPER_CACHE_TOKENS,
+    layers: int = PAPER_CACHE_LAYERS,
+    topk: int = PAPER_CACHE_TOPK,
+) -> float:
     """Router-cache size in GiB: bytes/(token, layer, k) x tokens x L x K / 2^30."""
     return bytes_per_token_layer_k * tokens * layers * topk / 2**30

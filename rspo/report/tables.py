@@ -94,9 +94,11 @@ class Table:
 
     def to_latex(self) -> str:
         n = len(self.columns)
-        spec = "l" + "".join(
-            ("|" if i and self._group_start(i) else "") + "c" for i in range(n)
-        ) if self.groups else "l" + "c" * n
+        spec = (
+            "l" + "".join(("|" if i and self._group_start(i) else "") + "c" for i in range(n))
+            if self.groups
+            else "l" + "c" * n
+        )
         out = [f"% {self.title}", "\\begin{tabular}{" + spec + "}", "\\toprule"]
         if self.groups:
             cells, rules, col = [""], [], 2
@@ -107,8 +109,13 @@ class Table:
                 col += span
             out.append(" & ".join(cells) + " \\\\")
             out.append("".join(rules))
-        out.append(" & ".join([f"\\textbf{{{_tex_escape(self.first_column)}}}"]
-                              + [f"\\textbf{{{_tex_escape(c)}}}" for c in self.columns]) + " \\\\")
+        out.append(
+            " & ".join(
+                [f"\\textbf{{{_tex_escape(self.first_column)}}}"]
+                + [f"\\textbf{{{_tex_escape(c)}}}" for c in self.columns]
+            )
+            + " \\\\"
+        )
         out.append("\\midrule")
         for label, cells in self.rows:
             out.append(" & ".join([_tex_escape(label)] + [c.tex() for c in cells]) + " \\\\")
@@ -136,8 +143,15 @@ class Table:
 
 
 def _tex_escape(s: str) -> str:
-    for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#"),
-                 ("±", "$\\pm$"), ("γ", "$\\gamma$")):
+    for a, b in (
+        ("\\", "\\textbackslash{}"),
+        ("&", "\\&"),
+        ("%", "\\%"),
+        ("_", "\\_"),
+        ("#", "\\#"),
+        ("±", "$\\pm$"),
+        ("γ", "$\\gamma$"),
+    ):
         s = s.replace(a, b)
     return s
 
@@ -218,11 +232,20 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
     eval_dir = Path(eval_dir)
     rdir = Path(runs_dir) if runs_dir is not None else None
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
-    columns = [f"{s} acc. (%)" for s in splits] + ["seeds"] + (
-        ["collapse step per seed", "collapsed"] if rdir is not None else [])
+    columns = (
+        [f"{s} acc. (%)" for s in splits]
+        + ["seeds"]
+        + (["collapse step per seed", "collapsed"] if rdir is not None else [])
+    )
     base_file = eval_dir / "base" / "countdown.json"
-    rows = [("Base (pretrained)", [Cell.of([countdown_accuracy(base_file, s)]) for s in splits]
-             + [Cell(text="–")] + ([Cell(text="–"), Cell(text="–")] if rdir is not None else []))]
+    rows = [
+        (
+            "Base (pretrained)",
+            [Cell.of([countdown_accuracy(base_file, s)]) for s in splits]
+            + [Cell(text="–")]
+            + ([Cell(text="–"), Cell(text="–")] if rdir is not None else []),
+        )
+    ]
     for names in _by_method(plan, runs).values():
         cells = [Cell.of([countdown_accuracy(eval_dir / n / "countdown.json", s) for n in names]) for s in splits]
         cells.append(Cell(text=str(len(names))))
@@ -276,8 +299,9 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
             runs_of.setdefault(key, {}).setdefault(task, []).append(r)
 
     rows = []
-    notes = [f"Preset {plan.name}; Pass@1 (%) of the final checkpoint; "
-             "mean over seeds (± sample std with several seeds)."]
+    notes = [
+        f"Preset {plan.name}; Pass@1 (%) of the final checkpoint; mean over seeds (± sample std with several seeds)."
+    ]
     for key in methods:
         cells: list[Cell] = []
         for task in per_task:
@@ -298,12 +322,22 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
             cells = []
             for task in per_task:
                 paper = ref.TABLE1[task].get(key)
-                cells += ([Cell(mean=paper[b]) for b in benches[task]] + [Cell(mean=paper["avg"])]) if paper else \
-                    [Cell(text="–")] * (len(benches[task]) + 1)
+                cells += (
+                    ([Cell(mean=paper[b]) for b in benches[task]] + [Cell(mean=paper["avg"])])
+                    if paper
+                    else [Cell(text="–")] * (len(benches[task]) + 1)
+                )
             ref_rows.append((ref.TABLE1_LABELS.get(key, key.upper()), cells))
         notes.append("Reference rows: the paper's Table 1 as printed (its Avg. column), not our results.")
-    return Table(title=f"Pass@1 (%) on math and code benchmarks ({plan.name})", columns=columns, rows=rows,
-                 groups=groups, reference_title=ref.TABLE1_CAPTION, reference_rows=ref_rows, notes=notes)
+    return Table(
+        title=f"Pass@1 (%) on math and code benchmarks ({plan.name})",
+        columns=columns,
+        rows=rows,
+        groups=groups,
+        reference_title=ref.TABLE1_CAPTION,
+        reference_rows=ref_rows,
+        notes=notes,
+    )
 
 
 BENCH_KEYS = ("rs_throughput_ratio", "router_cache_bytes_per_token_layer_k", "rollout_tokens_per_s")
@@ -318,30 +352,53 @@ def table_efficiency(plan: Plan, bench_file: str | Path) -> Table:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{path}: {k} must be a finite number >= 0, got {v!r}")
         values[k] = float(v)
-    columns = ["Throughput RSPO / GMPO (%)", "Router cache (B per token, layer, top-k slot)",
-               "Router cache at paper step (GiB)", "Rollout (tokens/s)"]
-    rows = [(f"This suite ({plan.name})", [
-        Cell(mean=100 * values["rs_throughput_ratio"]),
-        Cell(mean=values["router_cache_bytes_per_token_layer_k"], digits=2),
-        Cell(mean=ref.cache_gib(values["router_cache_bytes_per_token_layer_k"]), digits=2),
-        Cell(mean=values["rollout_tokens_per_s"], digits=0),
-    ])]
+    columns = [
+        "Throughput RSPO / GMPO (%)",
+        "Router cache (B per token, layer, top-k slot)",
+        "Router cache at paper step (GiB)",
+        "Rollout (tokens/s)",
+    ]
+    rows = [
+        (
+            f"This suite ({plan.name})",
+            [
+                Cell(mean=100 * values["rs_throughput_ratio"]),
+                Cell(mean=values["router_cache_bytes_per_token_layer_k"], digits=2),
+                Cell(mean=ref.cache_gib(values["router_cache_bytes_per_token_layer_k"]), digits=2),
+                Cell(mean=values["rollout_tokens_per_s"], digits=0),
+            ],
+        )
+    ]
     notes = [
         f"Preset {plan.name}; from {path.name} (`python -m rspo bench`).",
         "Paper step: L = 48 MoE layers, K = 8 routed experts, 128 x 8192 = 1,048,576 tokens (Sec. 5.5).",
     ]
     ref_rows = []
     if ref.has_reference("table_efficiency", plan.name):
-        ref_rows.append(("Qwen3-30B-A3B", [
-            Cell(mean=100 * ref.PAPER_THROUGHPUT_RATIO),
-            Cell(mean=ref.PAPER_CACHE_BYTES_PER_TOKEN_LAYER_K, digits=2),
-            Cell(mean=ref.PAPER_CACHE_GIB_PROBS + ref.PAPER_CACHE_GIB_INDICES, digits=2),
-            Cell(text="–"),
-        ]))
-        notes.append("Reference row: the paper's Sec. 5.5 numbers; its bytes per (token, layer, expert) are implied "
-                     "by its accounting (FP16 probability + int16 index).")
-    return Table(title=f"Overhead of router-shift weighting ({plan.name})", columns=columns, rows=rows,
-                 reference_title=ref.EFFICIENCY_CAPTION, reference_rows=ref_rows, notes=notes, first_column="Setting")
+        ref_rows.append(
+            (
+                "Qwen3-30B-A3B",
+                [
+                    Cell(mean=100 * ref.PAPER_THROUGHPUT_RATIO),
+                    Cell(mean=ref.PAPER_CACHE_BYTES_PER_TOKEN_LAYER_K, digits=2),
+                    Cell(mean=ref.PAPER_CACHE_GIB_PROBS + ref.PAPER_CACHE_GIB_INDICES, digits=2),
+                    Cell(text="–"),
+                ],
+            )
+        )
+        notes.append(
+            "Reference row: the paper's Sec. 5.5 numbers; its bytes per (token, layer, expert) are implied "
+            "by its accounting (FP16 probability + int16 index)."
+        )
+    return Table(
+        title=f"Overhead of router-shift weighting ({plan.name})",
+        columns=columns,
+        rows=rows,
+        reference_title=ref.EFFICIENCY_CAPTION,
+        reference_rows=ref_rows,
+        notes=notes,
+        first_column="Setting",
+    )
 
 
 def write(table: Table, out_md: str | Path) -> tuple[Path, Path]:

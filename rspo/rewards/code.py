@@ -56,9 +56,10 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal, InvalidOperation
-from typing import Any, Sequence
+from typing import Any
 
 from rspo.rewards.sandbox import CaseResult, Limits, run_python, sandbox_backend
 
@@ -161,7 +162,9 @@ def _check_tests(tests: dict) -> tuple[str, list, list, str | None, Limits]:
         outputs.append(out)
     timeout = tests.get("timeout", DEFAULT_TIMEOUT)
     memory_mb = tests.get("memory_mb", DEFAULT_MEMORY_MB)
-    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0):
+    if not (
+        isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0
+    ):
         raise ValueError(f"tests['timeout'] must be a positive number of seconds, got {timeout!r}")
     if not (isinstance(memory_mb, int) and not isinstance(memory_mb, bool) and memory_mb > 0):
         raise ValueError(f"tests['memory_mb'] must be a positive int, got {memory_mb!r}")
@@ -208,7 +211,9 @@ def _check_assert_tests(tests: dict) -> None:
     if not isinstance(stubs, (list, tuple)) or not all(isinstance(n, str) and n.isidentifier() for n in stubs):
         raise ValueError(f"tests['stubs'] must be a list of identifiers, got {stubs!r}")
     timeout = tests["timeout"]
-    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0):
+    if not (
+        isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0
+    ):
         raise ValueError(f"tests['timeout'] must be a positive number of seconds, got {timeout!r}")
 
 

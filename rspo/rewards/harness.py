@@ -108,6 +108,7 @@ def setlim(res, soft, hard=None):
 def prctl(option, arg):
     try:
         import ctypes
+
         ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
     except Exception:
         pass
@@ -118,6 +119,7 @@ def memfd(name):
         return os.memfd_create(name)
     except (AttributeError, OSError):
         import tempfile
+
         fd, path = tempfile.mkstemp(prefix=name)
         os.unlink(path)
         return fd
@@ -127,7 +129,7 @@ def signame(sig):
     try:
         return signal.Signals(sig).name
     except ValueError:
-        return "signal %d" % sig
+        return f"signal {sig:d}"
 
 
 def json_default(o):
@@ -135,7 +137,7 @@ def json_default(o):
         return o.item()
     if hasattr(o, "tolist"):
         return o.tolist()
-    raise TypeError("return value of type %s is not JSON serializable" % type(o).__name__)
+    raise TypeError(f"return value of type {type(o).__name__} is not JSON serializable")
 
 
 def child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec):
@@ -169,7 +171,7 @@ def child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec):
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     except BaseException as e:
-        result({"error": "harness setup failed: %r" % (e,)})
+        result({"error": f"harness setup failed: {e!r}"})
         os._exit(70)
     g = dict(base)
     g["__name__"] = "__main__"
@@ -184,7 +186,7 @@ def child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec):
                 if isinstance(sol, type) and hasattr(sol, fn_name):
                     fn = getattr(sol(), fn_name)
                 else:
-                    raise NameError("function %r not found (neither top-level nor Solution().%s)" % (fn_name, fn_name))
+                    raise NameError(f"function {fn_name!r} not found (neither top-level nor Solution().{fn_name})")  # noqa: E501
             value = fn(*case_input)
             text = json.dumps(value, default=json_default)
             sys.stdout.flush()
@@ -205,7 +207,7 @@ def child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec):
                 os._exit(1)
             result({"ok": True})
             os._exit(0)
-        result({"error": "SystemExit: %s" % (code_,)})
+        result({"error": f"SystemExit: {code_}"})
         os._exit(1)
     except MemoryError:
         result({"error": "MemoryError", "memory": True})
@@ -213,11 +215,12 @@ def child(kind, code, base, case_input, fn_name, out_fd, err_fd, res_fd, spec):
     except BaseException as e:
         try:
             import traceback
+
             traceback.print_exc()
             sys.stderr.flush()
         except BaseException:
             pass
-        msg = "%s: %s" % (type(e).__name__, e)
+        msg = f"{type(e).__name__}: {e}"
         result({"error": msg[:1000]})
         os._exit(1)
 
@@ -233,6 +236,7 @@ def wait_child(pid, timeout):
     try:
         if pidfd is not None:
             import select
+
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
             while True:
@@ -289,9 +293,9 @@ def encode_value(v):
     def enc(x, depth):
         count[0] += 1
         if count[0] > MAX_NODES:
-            raise CodecError("value too large (more than %d items)" % MAX_NODES)
+            raise CodecError(f"value too large (more than {MAX_NODES} items)")
         if depth > MAX_DEPTH:
-            raise CodecError("value nested deeper than %d" % MAX_DEPTH)
+            raise CodecError(f"value nested deeper than {MAX_DEPTH}")
         t = type(x)
         if x is None or t is bool:
             return x
@@ -328,7 +332,7 @@ def encode_value(v):
             else:
                 return ["d", [[enc(k, depth + 1), enc(dict.__getitem__(x, k), depth + 1)] for k in dict.__iter__(x)]]
             return [tag, [enc(i, depth + 1) for i in items]]
-        raise CodecError("not plain data: %s" % t.__name__)
+        raise CodecError(f"not plain data: {t.__name__}")
 
     return enc(v, 0)
 
@@ -351,7 +355,7 @@ def decode_value(tree):
                 raise CodecError("bad int")
             return x
         if t is not list or len(x) != 2 or type(x[0]) is not str:
-            raise CodecError("malformed value (%s)" % t.__name__)
+            raise CodecError(f"malformed value ({t.__name__})")
         tag, body = x
         if tag == "u":
             if type(body) is not str:
@@ -367,21 +371,21 @@ def decode_value(tree):
             try:
                 return float.fromhex(body)
             except (ValueError, OverflowError):
-                raise CodecError("bad float")
+                raise CodecError("bad float") from None
         if tag == "i":
             if type(body) is not str or len(body) > 1000000:
                 raise CodecError("bad int")
             try:
                 return int(body, 16)
             except ValueError:
-                raise CodecError("bad int")
+                raise CodecError("bad int") from None
         if tag == "b":
             if type(body) is not str:
                 raise CodecError("bad bytes")
             try:
                 return bytes.fromhex(body)
             except ValueError:
-                raise CodecError("bad bytes")
+                raise CodecError("bad bytes") from None
         if type(body) is not list:
             raise CodecError("malformed container")
         try:
@@ -401,8 +405,8 @@ def decode_value(tree):
                     out[dec(kv[0], depth + 1)] = dec(kv[1], depth + 1)
                 return out
         except TypeError:  # unhashable key or set element
-            raise CodecError("unhashable key or set element")
-        raise CodecError("unknown tag %r" % (tag[:20],))
+            raise CodecError("unhashable key or set element") from None
+        raise CodecError(f"unknown tag {tag[:20]!r}")
 
     return dec(tree, 0)
 
@@ -468,7 +472,7 @@ def session_child(code, req_fd, rep_fd, spec):
     try:
         exec(code, g)
     except BaseException as e:
-        send({"t": "load_error", "error": ("%s: %s" % (type(e).__name__, e))[:1000]})
+        send({"t": "load_error", "error": (f"{type(e).__name__}: {e}")[:1000]})
         os._exit(1)
     send({"t": "loaded"})
     limit = spec["frame_bytes"]
@@ -485,7 +489,7 @@ def session_child(code, req_fd, rep_fd, spec):
             kwargs = decode_value(req["kwargs"]) if "kwargs" in req else {}
             fn = g.get(req["fn"])
             if not callable(fn):
-                raise NameError("name %r is not defined by the program" % (req["fn"],))
+                raise NameError("name {!r} is not defined by the program".format(req["fn"]))
             value = fn(*args, **kwargs)
         except SystemExit:
             os._exit(1)
@@ -527,9 +531,9 @@ def run_session(code, spec, rec_fd):
     if timed_out:
         how = "timeout"
     elif os.WIFSIGNALED(st):
-        how = "killed by %s" % signame(os.WTERMSIG(st))
+        how = f"killed by {signame(os.WTERMSIG(st))}"
     else:
-        how = "exit code %d" % os.WEXITSTATUS(st)
+        how = f"exit code {os.WEXITSTATUS(st):d}"
     emit({"t": "exit", "how": how})
 
 
@@ -570,11 +574,11 @@ def main():
     try:
         code = compile(source, "solution.py", "exec", dont_inherit=True)
     except SyntaxError as e:
-        emit({"t": "compile_error", "error": "%s: %s (line %s)" % (type(e).__name__, e.msg, e.lineno)})
+        emit({"t": "compile_error", "error": f"{type(e).__name__}: {e.msg} (line {e.lineno})"})
         emit({"t": "done"})
         return
     except (ValueError, TypeError, MemoryError, RecursionError) as e:
-        emit({"t": "compile_error", "error": "%s: %s" % (type(e).__name__, e)})
+        emit({"t": "compile_error", "error": f"{type(e).__name__}: {e}"})
         emit({"t": "done"})
         return
     base = {}
@@ -585,6 +589,7 @@ def main():
     try:
         import ast
         import importlib
+
         names = set()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):
@@ -651,7 +656,7 @@ def main():
             elif sig == signal.SIGXFSZ:
                 rec.update(status="output", error="output limit exceeded (SIGXFSZ)")
             else:
-                rec.update(status="signal", error="killed by %s" % signame(sig))
+                rec.update(status="signal", error=f"killed by {signame(sig)}")
         elif os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0:
             if kind == "functional":
                 if res is not None and res.get("ok") and isinstance(res.get("value"), str):
@@ -668,7 +673,7 @@ def main():
                 rec.update(status="error", error=str(res["error"]))
             else:
                 last = err.strip().splitlines()[-1] if err.strip() else ""
-                rec.update(status="error", error=("exit code %d" % code_) + (": " + last if last else ""))
+                rec.update(status="error", error=f"exit code {code_:d}" + (": " + last if last else ""))
             if "MemoryError" in rec.get("error", "") and rec["status"] == "error":
                 rec["status"] = "memory"
         emit(rec)

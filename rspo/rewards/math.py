@@ -63,7 +63,8 @@ import numbers
 import os
 import re
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["extract_boxed", "score", "score_batch", "DEFAULT_TIMEOUT"]
 
@@ -145,9 +146,7 @@ def _gold_strings(answer: Any) -> list[str]:
                 raise ValueError(f"gold answer must be finite, got {a!r}")
             s = str(int(f)) if f.is_integer() else repr(f)
         else:
-            raise ValueError(
-                f"gold answer must be a str, a number or a list of them, got {type(a).__name__}"
-            )
+            raise ValueError(f"gold answer must be a str, a number or a list of them, got {type(a).__name__}")
         if not s:
             raise ValueError("gold answer is an empty string")
         out.append(s)
@@ -304,9 +303,7 @@ def score_batch(
     import sympy); items from concurrent callers share it. Safe to call from any thread.
     """
     if len(completions) != len(answers):
-        raise ValueError(
-            f"completions and answers differ in length: {len(completions)} != {len(answers)}"
-        )
+        raise ValueError(f"completions and answers differ in length: {len(completions)} != {len(answers)}")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     workers = default_workers() if workers is None else workers

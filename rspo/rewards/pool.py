@@ -46,9 +46,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["Outcome", "SoftTimeout", "TimeoutPool", "resolve_target"]
 

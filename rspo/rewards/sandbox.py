@@ -78,10 +78,10 @@ from RSPO_SANDBOX_UID_BASE (default 1_900_000_000) + 0..4095, leased with flock 
 /run/lock/rspo-sandbox (or the temp dir), so RLIMIT_NPROC (counted per uid, or per user
 namespace with bwrap) bounds each sandbox separately and, after the run, every process
 still owned by U is killed (this catches processes that left the process group with
-setsid; in modes 1 and 2 the PID namespace already takes them down). Without root, bwrap maps the user to itself inside a new user
-namespace, where RLIMIT_NPROC counts only the sandbox's processes (Linux >= 5.14
-ucounts); in mode 3 without root, RLIMIT_NPROC is set to the user's current thread count
-plus `nproc`.
+setsid; in modes 1 and 2 the PID namespace already takes them down). Without root, bwrap
+maps the user to itself inside a new user namespace, where RLIMIT_NPROC counts only the
+sandbox's processes (Linux >= 5.14 ucounts); in mode 3 without root, RLIMIT_NPROC is set to
+the user's current thread count plus `nproc`.
 Not bounded in any mode: the TOTAL memory of a sandbox's processes (RLIMIT_AS is per
 process, so at most `nproc` x `memory_mb`; no cgroup is used), CPU time shared with the
 evaluator, and disk in modes 2 and 3 beyond RLIMIT_FSIZE per file.
@@ -115,8 +115,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 __all__ = [
     "Limits",
@@ -793,8 +793,15 @@ class CallSession:
     keeps the tests, the expected values and the verdict.
     """
 
-    def __init__(self, code: str, *, limits: Limits = Limits(), backend: str | None = None,
-                 setup: _Setup | None = None, frame_bytes: int = _FRAME_BYTES):
+    def __init__(
+        self,
+        code: str,
+        *,
+        limits: Limits = Limits(),
+        backend: str | None = None,
+        setup: _Setup | None = None,
+        frame_bytes: int = _FRAME_BYTES,
+    ):
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         self.code = code
@@ -812,7 +819,7 @@ class CallSession:
         self.calls = 0
 
     # -- lifecycle
-    def __enter__(self) -> "CallSession":
+    def __enter__(self) -> CallSession:
         self.start()
         return self
 
@@ -938,7 +945,7 @@ class CallSession:
         view = memoryview(data)
         while view:
             try:
-                n = os.write(fd, view[:1 << 20])
+                n = os.write(fd, view[: 1 << 20])
                 view = view[n:]
                 continue
             except BlockingIOError:

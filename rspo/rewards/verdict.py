@@ -146,14 +146,25 @@ class _Evaluator:
     killed (never reused) after any error or timeout."""
 
     def __init__(self):
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
         for k in ("HOME", "TMPDIR", "RSPO_SANDBOX_UID_BASE"):
             if k in os.environ:
                 env[k] = os.environ[k]
-        self.proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", _BOOT], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", _BOOT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         self.owner = os.getpid()
 
     def run(self, spec: dict, budget_s: float) -> tuple[float, str]:
@@ -268,8 +279,16 @@ def check_asserts(program: str, tests: dict, *, backend: str | None = None) -> t
     return _run_evaluator(spec, spec["limits"].timeout + spec["limits"].startup_s)
 
 
-def check_evalplus(dataset: str, problem: dict, solution: str, expected: dict, *, backend: str | None = None,
-                   min_time_limit: float | None = None, gt_time_limit_factor: float | None = None) -> tuple[float, str]:
+def check_evalplus(
+    dataset: str,
+    problem: dict,
+    solution: str,
+    expected: dict,
+    *,
+    backend: str | None = None,
+    min_time_limit: float | None = None,
+    gt_time_limit_factor: float | None = None,
+) -> tuple[float, str]:
     """(1.0, "ok") iff ``solution`` passes the base and plus inputs of an evalplus problem."""
     from evalplus.config import DEFAULT_GT_TIME_LIMIT_FACTOR, DEFAULT_MIN_TIME_LIMIT
 
@@ -281,8 +300,15 @@ def check_evalplus(dataset: str, problem: dict, solution: str, expected: dict, *
         limits = [max(lo, factor * t) for t in expected[f"{g}_time"]]
         budget = min(60.0, sum(limits)) + 1.0  # evalplus's per-task timeout
         total += budget
-        groups.append({"name": g, "inputs": problem[f"{g}_input"], "expected": expected[g], "time_limits": limits,
-                       "budget": budget})
+        groups.append(
+            {
+                "name": g,
+                "inputs": problem[f"{g}_input"],
+                "expected": expected[g],
+                "time_limits": limits,
+                "budget": budget,
+            }
+        )
     spec = {
         "mode": "evalplus",
         "program": solution,
@@ -421,7 +447,9 @@ def _evalplus_mode(spec: dict, session) -> tuple[float, str]:
                 break
         statuses.append(status)
     ok = all(s == "pass" for s in statuses)
-    return (1.0 if ok else 0.0), ("ok" if ok else ", ".join(f"{g['name']} {s}" for g, s in zip(spec["groups"], statuses)))
+    return (1.0 if ok else 0.0), (
+        "ok" if ok else ", ".join(f"{g['name']} {s}" for g, s in zip(spec["groups"], statuses))
+    )
 
 
 def _serve_one(spec: dict) -> tuple[float, str]:

@@ -28,10 +28,18 @@ def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
     raise ValueError(f"rollout.backend: unknown backend {name!r}; choose hf or vllm")
 
 
-def load_generator(model_dir: str, backend: str = "hf", *, max_new_tokens: int = 512, top_p: float = 1.0,
-                   dtype: str = "float32", device: str = "auto", batch_size: int = 64,
-                   seed: int = 0, progress: Callable[[int], None] | None = None,
-                   ) -> Callable[[list[str], int, float], list[list[str]]]:
+def load_generator(
+    model_dir: str,
+    backend: str = "hf",
+    *,
+    max_new_tokens: int = 512,
+    top_p: float = 1.0,
+    dtype: str = "float32",
+    device: str = "auto",
+    batch_size: int = 64,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> Callable[[list[str], int, float], list[list[str]]]:
     """A ``generate_fn(prompts, n, temperature) -> list[list[str]]`` for evaluation suites.
 
     ``progress(k)`` is called after each batch with the number of prompts it answered."""
@@ -39,8 +47,11 @@ def load_generator(model_dir: str, backend: str = "hf", *, max_new_tokens: int =
 
     tokenizer = load_tokenizer_checked(model_dir)
     model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
-    engine = make_backend(backend, model, tokenizer, model_path=model_dir) if backend == "vllm" else make_backend(
-        "hf", model, tokenizer)
+    engine = (
+        make_backend(backend, model, tokenizer, model_path=model_dir)
+        if backend == "vllm"
+        else make_backend("hf", model, tokenizer)
+    )
     calls = {"k": 0}
 
     def generate_fn(prompts: list[str], n: int = 1, temperature: float = 0.0) -> list[list[str]]:
@@ -48,8 +59,14 @@ def load_generator(model_dir: str, backend: str = "hf", *, max_new_tokens: int =
         for start in range(0, len(prompts), max(1, batch_size // max(n, 1))):
             chunk = prompts[start : start + max(1, batch_size // max(n, 1))]
             calls["k"] += 1
-            batch = engine.generate(chunk, n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                                    seed=seed * 1_000_003 + calls["k"])
+            batch = engine.generate(
+                chunk,
+                n,
+                temperature=temperature,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                seed=seed * 1_000_003 + calls["k"],
+            )
             for i in range(len(chunk)):
                 out.append(batch.responses[i * n : (i + 1) * n])
             if progress is not None:

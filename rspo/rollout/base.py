@@ -45,8 +45,17 @@ class RolloutBatch:
 
 
 class RolloutBackend(Protocol):
-    def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float, max_new_tokens: int,
-                 seed: int, row_offset: int = 0) -> RolloutBatch:
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+        row_offset: int = 0,
+    ) -> RolloutBatch:
         """n responses per prompt, grouped consecutively: rows [i*n, (i+1)*n) answer prompts[i].
 
         Row i is sampled from its own stream seeded by ``row_seed(seed, row_offset + i)``, so a
@@ -58,14 +67,20 @@ class RolloutBackend(Protocol):
         """Make the engine sample from the training model's current weights."""
 
 
-def pack_rows(prompt_rows: list[list[int]], response_rows: list[list[int]], tokenizer,
-              texts: list[str] | None = None, device: torch.device | str = "cpu") -> RolloutBatch:
+def pack_rows(
+    prompt_rows: list[list[int]],
+    response_rows: list[list[int]],
+    tokenizer,
+    texts: list[str] | None = None,
+    device: torch.device | str = "cpu",
+) -> RolloutBatch:
     """The canonical batch layout from token lists: prompts left-padded to the longest prompt,
     responses right-padded to the longest response (at least 1), tokens after the first EOS
     masked and replaced by the pad token. ``texts`` default to the decoded responses."""
     if len(prompt_rows) != len(response_rows) or not prompt_rows:
-        raise ValueError(f"need as many prompt rows as response rows (> 0), got {len(prompt_rows)} and "
-                         f"{len(response_rows)}")
+        raise ValueError(
+            f"need as many prompt rows as response rows (> 0), got {len(prompt_rows)} and {len(response_rows)}"
+        )
     pad = tokenizer.pad_token_id
     P = max(len(p) for p in prompt_rows)
     R = max(1, max(len(r) for r in response_rows))

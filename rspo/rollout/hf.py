@@ -66,8 +66,17 @@ class HFBackend:
         self.model = model
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float = 1.0,
-                 max_new_tokens: int = 64, seed: int = 0, row_offset: int = 0) -> RolloutBatch:
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int = 0,
+        row_offset: int = 0,
+    ) -> RolloutBatch:
         if not prompts:
             raise ValueError("prompts: empty")
         if max_new_tokens < 1:
@@ -98,8 +107,14 @@ class HFBackend:
         steps = 0
         try:
             for t in range(max_new_tokens):
-                fwd = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
+                fwd = self.model(
+                    input_ids=step_ids,
+                    attention_mask=attn,
+                    position_ids=step_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 cache = fwd.past_key_values
                 logits = fwd.logits[:, -1].float()  # (b, V)
                 if t == 0:  # one prefill per prompt, then n rows per prompt share its cache
@@ -126,8 +141,13 @@ class HFBackend:
                     if not len(idx):  # every local row is done, other ranks are not: one placeholder row
                         idx = torch.zeros(1, dtype=torch.long, device=device)
                     cache.batch_select_indices(idx)
-                    active, nxt, attn, step_pos, finished = (active[idx], nxt[idx], attn[idx], step_pos[idx],
-                                                             finished[idx])
+                    active, nxt, attn, step_pos, finished = (
+                        active[idx],
+                        nxt[idx],
+                        attn[idx],
+                        step_pos[idx],
+                        finished[idx],
+                    )
                 step_ids = nxt[:, None]
                 step_pos = step_pos[:, -1:] + 1
                 attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)

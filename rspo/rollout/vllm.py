@@ -42,16 +42,31 @@ def _import_vllm():
 
 
 class VLLMBackend:
-    def __init__(self, model, tokenizer, *, model_path: str = "", gpu_memory_utilization: float = 0.5,
-                 dtype: str = "bfloat16", max_model_len: int | None = None, engine=None,
-                 sampling_params_cls=None, **_: object) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        model_path: str = "",
+        gpu_memory_utilization: float = 0.5,
+        dtype: str = "bfloat16",
+        max_model_len: int | None = None,
+        engine=None,
+        sampling_params_cls=None,
+        **_: object,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.stop_ids = stop_token_ids(tokenizer)  # a response ends at EOS or any other special token
         if engine is None:
             LLM, sampling_params_cls = _import_vllm()
-            engine = LLM(model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                         max_model_len=max_model_len, enable_prefix_caching=True)
+            engine = LLM(
+                model=model_path,
+                dtype=dtype,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                enable_prefix_caching=True,
+            )
         self.engine = engine
         self.sampling_params_cls = sampling_params_cls
 
@@ -82,16 +97,32 @@ class VLLMBackend:
         if hasattr(self.engine, "reset_prefix_cache"):
             self.engine.reset_prefix_cache()
 
-    def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float = 1.0,
-                 max_new_tokens: int = 64, seed: int = 0, row_offset: int = 0) -> RolloutBatch:
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int = 0,
+        row_offset: int = 0,
+    ) -> RolloutBatch:
         """One SamplingParams per prompt, seeded by the global row of the prompt's first response,
         so a prompt's n responses do not depend on how prompts are split over calls or ranks."""
         if not prompts:
             raise ValueError("prompts: empty")
-        params = [self.sampling_params_cls(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                           max_tokens=max_new_tokens, seed=row_seed(seed, row_offset + i * n),
-                                           stop_token_ids=self.stop_ids)
-                  for i in range(len(prompts))]
+        params = [
+            self.sampling_params_cls(
+                n=n,
+                temperature=temperature,
+                top_p=top_p if temperature > 0 else 1.0,
+                max_tokens=max_new_tokens,
+                seed=row_seed(seed, row_offset + i * n),
+                stop_token_ids=self.stop_ids,
+            )
+            for i in range(len(prompts))
+        ]
         outputs = self.engine.generate(prompts, params, use_tqdm=False)
         prompt_rows: list[list[int]] = []
         resp_rows: list[list[int]] = []

@@ -26,18 +26,29 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rspo train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="rspo train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--preset", required=True, help="configs/<preset>.yaml")
     ap.add_argument("--run", default=None, help="a run name of the preset's grid (e.g. gmpo-rs0.8-s0)")
     ap.add_argument("--base-model", default=None, help="base checkpoint folder or hub id (sets model.path)")
     ap.add_argument("--train-data", default=None, help="training JSONL (sets data.train_path)")
     ap.add_argument("--val", action="append", default=[], metavar="NAME=FILE", help="held-out set (repeatable)")
     ap.add_argument("--out", required=True, help="run folder")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                    help="override, e.g. --set algorithm.gamma_min=0.5 --set schedule.total_steps=10")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads of the job, split over torchrun processes (sets model.threads)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override, e.g. --set algorithm.gamma_min=0.5 --set schedule.total_steps=10",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads of the job, split over torchrun processes (sets model.threads)",
+    )
     ap.add_argument("--no-mlflow", action="store_true", help="write metrics.jsonl only")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     return ap

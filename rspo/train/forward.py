@@ -57,11 +57,21 @@ def window(attention_mask: torch.Tensor, response_mask: torch.Tensor, prompt_wid
 
 
 @contextlib.contextmanager
-def policy_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor,
-                   prompt_width: int, groups: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False,
-                   capture: bool = False, routing: RoutingMode = RoutingMode.NONE,
-                   cache: OldRouterCache | None = None, share_prompts: bool = True
-                   ) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
+def policy_forward(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_mask: torch.Tensor,
+    prompt_width: int,
+    groups: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    capture: bool = False,
+    routing: RoutingMode = RoutingMode.NONE,
+    cache: OldRouterCache | None = None,
+    share_prompts: bool = True,
+) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
     """Forward b rows of the batch layout; a context manager that yields (outputs on the window's
     response part, (lo, hi)). Call ``backward()`` inside the block: with ``share_prompts=False``
     the routing hooks stay in place for a gradient-checkpointing recomputation.
@@ -79,8 +89,9 @@ def policy_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     if not share_prompts:
         with routing_control(model, routing, win_cache):
             with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
-                out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                            use_cache=False)
+                out = model(
+                    input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
+                )
             logp, ent = response_logprobs(out.logits, ids, P - lo, with_entropy, temperature)
             yield PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None), (lo, hi)
         return
@@ -95,19 +106,27 @@ def policy_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         cap = stack.enter_context(capture_router_logits(model, raw=True)) if capture else None
         kv = DynamicCache(config=model.config)
         with routing_control(model, routing, win_cache[first, :p] if replay else None):
-            out_p = model(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids_from_mask(p_attn),
-                          past_key_values=kv, use_cache=True, logits_to_keep=1)
+            out_p = model(
+                input_ids=p_ids,
+                attention_mask=p_attn,
+                position_ids=position_ids_from_mask(p_attn),
+                past_key_values=kv,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         kv = out_p.past_key_values
         kv.batch_select_indices(inverse)  # (u, ...) -> (b, ...): a differentiable gather
         pos = position_ids_from_mask(attn)[:, p:]
         with routing_control(model, routing, win_cache[:, p:] if replay else None):
-            out_r = model(input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv,
-                          use_cache=True)
+            out_r = model(
+                input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv, use_cache=True
+            )
     # the prompt's last position predicts the first response token, response positions the others
     logits = torch.cat([out_p.logits[inverse], out_r.logits], dim=1)  # (b, 1 + r, V)
     logp, ent = response_logprobs(logits, ids[:, p - 1 :], 1, with_entropy, temperature)  # (b, r)
     router_logits = router_indices = None
     if capture:
+
         def rows(prompt_part: torch.Tensor, resp_part: torch.Tensor) -> torch.Tensor:
             d = prompt_part.shape[-1]
             full = torch.cat([prompt_part.view(len(uniq), p, d)[inverse], resp_part.view(b, hi - P, d)], dim=1)

@@ -110,8 +110,10 @@ CKPT_DIR = "checkpoints"
 def _stochastic(model: torch.nn.Module) -> bool:
     """Whether a forward in train mode can differ from eval mode (dropout, router jitter)."""
     c = model.config
-    if any(float(getattr(c, k, 0.0) or 0.0) > 0 for k in ("attention_dropout", "hidden_dropout", "dropout",
-                                                          "router_jitter_noise", "resid_pdrop", "embd_pdrop")):
+    if any(
+        float(getattr(c, k, 0.0) or 0.0) > 0
+        for k in ("attention_dropout", "hidden_dropout", "dropout", "router_jitter_noise", "resid_pdrop", "embd_pdrop")
+    ):
         return True
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
@@ -125,8 +127,15 @@ class TooManyNonFinite(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, tracker_factory=None, task: Task | None = None,
-                 quiet: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        out_dir: str | Path,
+        *,
+        tracker_factory=None,
+        task: Task | None = None,
+        quiet: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.quiet = quiet  # no progress lines (rspo.progress) when True
         self.out = Path(out_dir)
@@ -145,8 +154,9 @@ class Trainer:
         self.tokenizer = load_tokenizer_checked(cfg.model.path, meta.get("tokenizer_fingerprint"))
         # data parallel: load on the CPU; fully_shard moves each rank's shard to its device, so a
         # GPU never holds the whole model
-        self.model = load_model(cfg.model.path, dtype=cfg.model.dtype,
-                                device="cpu" if self.dist.enabled else str(self.device))
+        self.model = load_model(
+            cfg.model.path, dtype=cfg.model.dtype, device="cpu" if self.dist.enabled else str(self.device)
+        )
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.config.use_cache = False
@@ -156,15 +166,21 @@ class Trainer:
         self.val_records = {k: self._drop_long(v, k) for k, v in self.val_records.items()}
         self.spec = router_spec(self.model)
         self.routing = RoutingMode(cfg.algorithm.routing)
-        self.use_router_cache = (cfg.algorithm.router_shift or self.routing in (RoutingMode.LOGIT_REPLAY,
-                                 RoutingMode.INDEX_REPLAY) or cfg.tracking.router_diagnostics)
+        self.use_router_cache = (
+            cfg.algorithm.router_shift
+            or self.routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY)
+            or cfg.tracking.router_diagnostics
+        )
         # The first mini-batch of a step is on-policy: its update forward IS the old forward, so it
         # records the old values itself instead of a separate no-grad pass. Only where that forward
         # equals the old pass exactly: one process (the old pass's cross-rank reduction is not
         # repeated for those rows), routing none/freeze (replay modes need the cache before the
         # forward), and a model without stochastic layers (train mode == eval mode).
-        self.onpolicy_shortcut = (not self.dist.enabled and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE)
-                                  and not _stochastic(self.model))
+        self.onpolicy_shortcut = (
+            not self.dist.enabled
+            and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE)
+            and not _stochastic(self.model)
+        )
         self.model.eval()
         o = cfg.optim
         router_params = {id(gate.weight) for gate in moe_gates(self.model)}
@@ -172,18 +188,26 @@ class Trainer:
         params = [p for _, p in named if id(p) not in router_params]
         routers = [p for _, p in named if id(p) in router_params]
         groups = [{"params": params}] + ([{"params": routers, "lr": o.lr * o.router_lr_mult}] if routers else [])
-        self.optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-                                           foreach=not self.dist.enabled)  # FSDP: DTensors beside plain
-                                                                           # zero-size params
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, foreach=not self.dist.enabled
+        )  # FSDP: DTensors beside plain
+        # zero-size params
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda u: min(1.0, (u + 1) / o.warmup_steps) if o.warmup_steps else 1.0)
+            self.optimizer, lambda u: min(1.0, (u + 1) / o.warmup_steps) if o.warmup_steps else 1.0
+        )
         # under FSDP every decoding forward is a collective: ranks stop together
         all_done = (lambda local: not self.dist.any(not local)) if self.dist.enabled else None
-        self.backend = make_backend(cfg.rollout.backend, self.model, self.tokenizer, model_path=cfg.model.path,
-                                    gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
-                                    all_done=all_done)
-        self.collapse = CollapseDetector(cfg.tracking.collapse_window, cfg.tracking.collapse_drop,
-                                         cfg.tracking.collapse_kl_spike)
+        self.backend = make_backend(
+            cfg.rollout.backend,
+            self.model,
+            self.tokenizer,
+            model_path=cfg.model.path,
+            gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+            all_done=all_done,
+        )
+        self.collapse = CollapseDetector(
+            cfg.tracking.collapse_window, cfg.tracking.collapse_drop, cfg.tracking.collapse_kl_spike
+        )
         self.step = 0
         self.nonfinite_in_row = 0
         self.tracker = None
@@ -206,8 +230,9 @@ class Trainer:
                 lengths[i] = len(ids)
         kept = [r for r, n, t in zip(records, lengths, prompts) if n <= limit or len(t) + 2 <= limit]
         if not kept:
-            raise ValueError(f"every {name} prompt is longer than data.max_prompt_tokens={limit} "
-                             f"(shortest: {min(lengths)} tokens)")
+            raise ValueError(
+                f"every {name} prompt is longer than data.max_prompt_tokens={limit} (shortest: {min(lengths)} tokens)"
+            )
         return kept
 
     # ------------------------------------------------------------------ run folder and resume
@@ -215,9 +240,15 @@ class Trainer:
     def _run_info(self) -> dict[str, Any]:
         a = self.cfg.algorithm
         return {
-            "run_name": self.cfg.run_name, "preset": self.cfg.preset, "task": self.cfg.data.task,
-            "algo": a.algo, "router_shift": a.router_shift, "gamma_min": a.gamma_min,
-            "stop_gradient": a.stop_gradient, "routing": a.routing, "seed": self.cfg.seed,
+            "run_name": self.cfg.run_name,
+            "preset": self.cfg.preset,
+            "task": self.cfg.data.task,
+            "algo": a.algo,
+            "router_shift": a.router_shift,
+            "gamma_min": a.gamma_min,
+            "stop_gradient": a.stop_gradient,
+            "routing": a.routing,
+            "seed": self.cfg.seed,
             "fingerprint": self.cfg.fingerprint(),
         }
 
@@ -229,7 +260,8 @@ class Trainer:
             if old.get("fingerprint") != self.cfg.fingerprint():
                 raise RunFolderMismatch(
                     f"run folder {self.out} holds a run with another config (fingerprint {old.get('fingerprint')} "
-                    f"!= {self.cfg.fingerprint()}); delete the folder or choose another --out")
+                    f"!= {self.cfg.fingerprint()}); delete the folder or choose another --out"
+                )
         ckpt = self.latest_checkpoint()
         run_id = None
         if ckpt is not None:
@@ -243,8 +275,9 @@ class Trainer:
         d = self.out / CKPT_DIR
         if not d.is_dir():
             return None
-        done = sorted((p for p in d.glob("step_*") if (p / "state.pt").is_file()),
-                      key=lambda p: int(p.name.split("_")[1]))
+        done = sorted(
+            (p for p in d.glob("step_*") if (p / "state.pt").is_file()), key=lambda p: int(p.name.split("_")[1])
+        )
         return done[-1] if done else None
 
     def _save_checkpoint(self) -> None:
@@ -290,8 +323,9 @@ class Trainer:
             model_sd = load_file(str(ckpt / "model.safetensors"))
             state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
         except Exception as e:  # corrupt checkpoint: say which and why
-            raise RuntimeError(f"checkpoint {ckpt} is corrupt or unreadable: {e}; delete it to resume from "
-                               f"the previous one") from e
+            raise RuntimeError(
+                f"checkpoint {ckpt} is corrupt or unreadable: {e}; delete it to resume from the previous one"
+            ) from e
         try:
             load_full_state_dicts(self.model, model_sd, self.optimizer, state["optimizer"])
         except (KeyError, ValueError, RuntimeError) as e:
@@ -304,8 +338,11 @@ class Trainer:
         self.step = int(state["step"])
         # metric lines written after this checkpoint belong to work that is redone now
         if self.dist.is_main and self.metrics_path.is_file():
-            keep = [ln for ln in self.metrics_path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln)["step"] <= self.step]
+            keep = [
+                ln
+                for ln in self.metrics_path.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["step"] <= self.step
+            ]
             self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
         return state.get("mlflow_run_id")
 
@@ -347,38 +384,65 @@ class Trainer:
         lo, hi = self.dist.shard_bounds(len(mb))
         return mb[lo:hi]
 
-    def _gather_rollout(self, local: RolloutBatch, local_scored: list[tuple[float, str]]
-                        ) -> tuple[RolloutBatch, list[tuple[float, str]]]:
+    def _gather_rollout(
+        self, local: RolloutBatch, local_scored: list[tuple[float, str]]
+    ) -> tuple[RolloutBatch, list[tuple[float, str]]]:
         """All ranks' rollout rows (in rank order) packed into the layout one process builds."""
         if not self.dist.enabled:
             return local, local_scored
         prompts, responses = local.token_rows()
         parts = self.dist.all_gather_object((prompts, responses, local.responses, local_scored))
-        batch = pack_rows([p for part in parts for p in part[0]], [r for part in parts for r in part[1]],
-                          self.tokenizer, texts=[t for part in parts for t in part[2]], device=self.device)
+        batch = pack_rows(
+            [p for part in parts for p in part[0]],
+            [r for part in parts for r in part[1]],
+            self.tokenizer,
+            texts=[t for part in parts for t in part[2]],
+            device=self.device,
+        )
         return batch, [x for part in parts for x in part[3]]
 
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         size = self.cfg.schedule.micro_batch_size or len(rows)
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
-    def _forward(self, batch: RolloutBatch, rows: torch.Tensor, *, with_entropy: bool, capture: bool,
-                 update: bool, cache: OldRouterCache | None = None):
+    def _forward(
+        self,
+        batch: RolloutBatch,
+        rows: torch.Tensor,
+        *,
+        with_entropy: bool,
+        capture: bool,
+        update: bool,
+        cache: OldRouterCache | None = None,
+    ):
         """``policy_forward`` of these rows (prompts shared per group, see rspo.train.forward); the
         routing mode applies to update forwards only."""
         return policy_forward(
-            self.model, batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows],
-            batch.prompt_width, rows // self.cfg.rollout.group_size, temperature=self.cfg.rollout.temperature,
-            with_entropy=with_entropy, capture=capture, routing=self.routing if update else RoutingMode.NONE,
+            self.model,
+            batch.input_ids[rows],
+            batch.attention_mask[rows],
+            batch.response_mask[rows],
+            batch.prompt_width,
+            rows // self.cfg.rollout.group_size,
+            temperature=self.cfg.rollout.temperature,
+            with_entropy=with_entropy,
+            capture=capture,
+            routing=self.routing if update else RoutingMode.NONE,
             cache=cache[rows] if cache is not None else None,
-            share_prompts=not self.cfg.model.gradient_checkpointing)
+            share_prompts=not self.cfg.model.gradient_checkpointing,
+        )
 
     def _new_cache(self, batch: RolloutBatch) -> OldRouterCache | None:
         if not self.use_router_cache:
             return None
-        return OldRouterCache.zeros(self.spec.num_moe_layers, tuple(batch.input_ids.shape), self.spec.top_k,
-                                    self.spec.num_experts, keep_logits=self.routing is RoutingMode.LOGIT_REPLAY,
-                                    device=self.device)
+        return OldRouterCache.zeros(
+            self.spec.num_moe_layers,
+            tuple(batch.input_ids.shape),
+            self.spec.top_k,
+            self.spec.num_experts,
+            keep_logits=self.routing is RoutingMode.LOGIT_REPLAY,
+            device=self.device,
+        )
 
     @torch.no_grad()
     def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor]):
@@ -396,8 +460,10 @@ class Trainer:
         self.model.eval()
         for mb in order:
             for rows in self._micro_batches(self._local_rows(mb)):
-                with self._forward(batch, rows, with_entropy=True, capture=cache is not None,
-                                   update=False) as (out, (lo, hi)):
+                with self._forward(batch, rows, with_entropy=True, capture=cache is not None, update=False) as (
+                    out,
+                    (lo, hi),
+                ):
                     if cache is not None:
                         self._record_cache(cache, rows, out, lo, hi, T)
                     old_logp[rows, : hi - P] = out.logp
@@ -413,9 +479,13 @@ class Trainer:
 
     def _record_cache(self, cache: OldRouterCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
         """The old router cache of ``rows`` from a forward's detached router logits and experts."""
-        part = OldRouterCache.from_logits([lg.detach() for lg in out.router_logits], self.spec.top_k,
-                                          (len(rows), hi - lo), indices_list=out.router_indices,
-                                          keep_logits=self.routing is RoutingMode.LOGIT_REPLAY)
+        part = OldRouterCache.from_logits(
+            [lg.detach() for lg in out.router_logits],
+            self.spec.top_k,
+            (len(rows), hi - lo),
+            indices_list=out.router_indices,
+            keep_logits=self.routing is RoutingMode.LOGIT_REPLAY,
+        )
         cache.assign(rows, part.pad_columns(lo, T))
 
     def _update_micro(self, batch, rows, old_logp, adv, cache, n_valid_mb, entropy=None) -> dict[str, float]:
@@ -429,8 +499,14 @@ class Trainer:
         a = self.cfg.algorithm
         record = entropy is not None
         capture = a.router_aux_loss_coef > 0 or cache is not None
-        with self._forward(batch, rows, with_entropy=a.entropy_coef > 0 or record, capture=capture, update=True,
-                           cache=None if record else cache) as (out, (lo, hi)):
+        with self._forward(
+            batch,
+            rows,
+            with_entropy=a.entropy_coef > 0 or record,
+            capture=capture,
+            update=True,
+            cache=None if record else cache,
+        ) as (out, (lo, hi)):
             return self._loss_and_backward(batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy)
 
     def _loss_and_backward(self, batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy):
@@ -456,9 +532,17 @@ class Trainer:
         err = None
         try:
             loss, m = compute_policy_loss(
-                a.algo, logp, old_logp[rows, :r], adv[rows], mask,
-                gamma=gamma if a.router_shift else None, gamma_min=a.gamma_min,
-                stop_gradient=a.stop_gradient, clip_low=a.clip_low, clip_high=a.clip_high)
+                a.algo,
+                logp,
+                old_logp[rows, :r],
+                adv[rows],
+                mask,
+                gamma=gamma if a.router_shift else None,
+                gamma_min=a.gamma_min,
+                stop_gradient=a.stop_gradient,
+                clip_low=a.clip_low,
+                clip_high=a.clip_high,
+            )
         except NonFiniteLogProbError as e:
             err, loss, m = str(e), None, {}
         # every rank must take the same branch: backward is a collective under FSDP
@@ -509,10 +593,15 @@ class Trainer:
         t0 = time.perf_counter()
         records = self._sample_prompts(step)
         lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
-        local = self.backend.generate([self.task.prompt(r) for r in records[lo:hi]], G,
-                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                      max_new_tokens=cfg.rollout.max_new_tokens, seed=derive_seed(cfg.seed, step, 1),
-                                      row_offset=lo * G)
+        local = self.backend.generate(
+            [self.task.prompt(r) for r in records[lo:hi]],
+            G,
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            seed=derive_seed(cfg.seed, step, 1),
+            row_offset=lo * G,
+        )
         t1 = time.perf_counter()
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, cfg.data.reward_workers)
@@ -542,9 +631,12 @@ class Trainer:
                         m = self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record)
                         for k, v in m.items():
                             mb_metrics[k].append(v)
-                    grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(
-                        [p for p in self.model.parameters() if p.grad is not None and p.numel()],
-                        cfg.optim.grad_clip))
+                    grad_norm = full_tensor(
+                        torch.nn.utils.clip_grad_norm_(
+                            [p for p in self.model.parameters() if p.grad is not None and p.numel()],
+                            cfg.optim.grad_clip,
+                        )
+                    )
                     if not torch.isfinite(grad_norm):
                         raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
                 except NonFiniteLogProbError as e:
@@ -578,26 +670,29 @@ class Trainer:
         self.last_batch = batch
         n_tokens = float(mask.sum())
         metrics = {k: sum(v) / len(v) for k, v in sums.items()}
-        metrics.update({
-            "critic/score/mean": float(rewards.mean()),
-            "critic/score/max": float(rewards.max()),
-            "critic/score/min": float(rewards.min()),
-            "actor/entropy": float(masked_mean(entropy, mask.bool())),
-            "response_length/mean": float(mask.sum(1).mean()),
-            "response/special_stop_frac": self._special_stop_frac(batch),
-            "actor/skipped_updates": float(skipped),
-            "actor/lr": float(self.scheduler.get_last_lr()[0]),
-            "perf/rollout_s": t1 - t0,
-            "perf/reward_s": t2 - t1,
-            "perf/old_pass_s": t3 - t2,
-            "perf/update_s": t4 - t3,
-            "perf/step_s": t4 - t0,
-            "perf/rollout_tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
-            "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
-            # every non-padding token the updates process (prompt + response), as a training loop counts
-            "perf/update_tokens_per_s": (float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs
-                                         / max(t4 - t3, 1e-9)),
-        })
+        metrics.update(
+            {
+                "critic/score/mean": float(rewards.mean()),
+                "critic/score/max": float(rewards.max()),
+                "critic/score/min": float(rewards.min()),
+                "actor/entropy": float(masked_mean(entropy, mask.bool())),
+                "response_length/mean": float(mask.sum(1).mean()),
+                "response/special_stop_frac": self._special_stop_frac(batch),
+                "actor/skipped_updates": float(skipped),
+                "actor/lr": float(self.scheduler.get_last_lr()[0]),
+                "perf/rollout_s": t1 - t0,
+                "perf/reward_s": t2 - t1,
+                "perf/old_pass_s": t3 - t2,
+                "perf/update_s": t4 - t3,
+                "perf/step_s": t4 - t0,
+                "perf/rollout_tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
+                "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
+                # every non-padding token the updates process (prompt + response), as a training loop counts
+                "perf/update_tokens_per_s": (
+                    float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9)
+                ),
+            }
+        )
         if cache is not None:
             metrics["router/cache_bytes"] = float(cache.nbytes)
             metrics["router/cache_bytes_per_entry"] = float(cache.bytes_per_entry)
@@ -620,9 +715,15 @@ class Trainer:
             mine = records[lo : lo + per]
             mine = mine + [records[0]] * (per - len(mine))
             scored = generate_and_score(
-                self.backend, self.task, mine, temperature=self.cfg.rollout.val_temperature,
-                max_new_tokens=self.cfg.rollout.max_new_tokens, workers=self.cfg.data.reward_workers,
-                seed=derive_seed(self.cfg.seed, self.step, 3), row_offset=lo)
+                self.backend,
+                self.task,
+                mine,
+                temperature=self.cfg.rollout.val_temperature,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                workers=self.cfg.data.reward_workers,
+                seed=derive_seed(self.cfg.seed, self.step, 3),
+                row_offset=lo,
+            )
             scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
             out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
         return out
@@ -649,8 +750,12 @@ class Trainer:
         run_id = self._prepare_folder()
         info = self._run_info()
         if self._tracker_factory is not None and main:
-            self.tracker = self._tracker_factory(run_id=run_id, run_name=cfg.run_name, params=cfg.flat_params(),
-                                                 tags={k: str(v) for k, v in info.items() if k != "fingerprint"})
+            self.tracker = self._tracker_factory(
+                run_id=run_id,
+                run_name=cfg.run_name,
+                params=cfg.flat_params(),
+                tags={k: str(v) for k, v in info.items() if k != "fingerprint"},
+            )
         info["mlflow_run_id"] = self.tracker.run_id if self.tracker else None
         if self.dist.enabled:
             info["world_size"] = self.dist.world_size
@@ -661,8 +766,9 @@ class Trainer:
             self.tracker.log_artifact(self.out / "config.json")
         sc = cfg.schedule
         # rank 0 shows a bar on a terminal, one line per step in a log (rspo.progress)
-        progress = Progress(f"train {cfg.run_name}", sc.total_steps, initial=self.step, quiet=self.quiet,
-                            enabled=main, every=1)
+        progress = Progress(
+            f"train {cfg.run_name}", sc.total_steps, initial=self.step, quiet=self.quiet, enabled=main, every=1
+        )
         val_names = list(self.val_records)
         try:
             if self.step == 0 and sc.val_every and self.val_records:
@@ -682,8 +788,11 @@ class Trainer:
                 if self.val_records and sc.val_every and (self.step % sc.val_every == 0 or self.step == sc.total_steps):
                     metrics.update(self.validate())
                 self._log(metrics, self.step)
-                progress.update(self.step, train_progress_metrics(metrics, val_names),
-                                force=any(k.startswith("val/") for k in metrics))
+                progress.update(
+                    self.step,
+                    train_progress_metrics(metrics, val_names),
+                    force=any(k.startswith("val/") for k in metrics),
+                )
                 if sc.ckpt_every and (self.step % sc.ckpt_every == 0) and self.step < sc.total_steps:
                     self._save_checkpoint()
             self._save_final({**read_meta(cfg.model.path), "run": info})
@@ -700,8 +809,13 @@ class Trainer:
                     last.update(json.loads(ln))
         else:
             last = dict(self._last_logged)
-        final = {**info, "collapsed": self.collapse.fired, "collapse_step": self.collapse.step,
-                 "steps": self.step, "final_metrics": last}
+        final = {
+            **info,
+            "collapsed": self.collapse.fired,
+            "collapse_step": self.collapse.step,
+            "steps": self.step,
+            "final_metrics": last,
+        }
         if main:
             (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
             tmp = self.out / "final.json.tmp"

@@ -59,8 +59,16 @@ class CountdownConfig:
     """Random seed (Qin et al.'s gen_task.sh: 4)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_numbers", "max_number", "min_target", "max_target", "train_size",
-                     "val_size", "val_target_size", "seed"):
+        for name in (
+            "num_numbers",
+            "max_number",
+            "min_target",
+            "max_target",
+            "train_size",
+            "val_size",
+            "val_target_size",
+            "seed",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"countdown: {name} must be an int, got {value!r}")
@@ -76,9 +84,7 @@ class CountdownConfig:
         if self.min_target < 1:
             raise ValueError(f"countdown: min_target must be >= 1, got {self.min_target}")
         if self.min_target > self.max_target:
-            raise ValueError(
-                f"countdown: min_target ({self.min_target}) > max_target ({self.max_target})"
-            )
+            raise ValueError(f"countdown: min_target ({self.min_target}) > max_target ({self.max_target})")
         for name in ("train_size", "val_size", "val_target_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"countdown: {name} must be >= 0, got {getattr(self, name)}")
@@ -111,7 +117,11 @@ def _chunk_rng(seed: int, split: str, chunk: int) -> np.random.Generator:
 
 
 def _draw_problems(
-    rng: np.random.Generator, targets: np.ndarray, count: int, n: int, max_number: int,
+    rng: np.random.Generator,
+    targets: np.ndarray,
+    count: int,
+    n: int,
+    max_number: int,
     vectorised: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`count` problems: a uniform target each, then numbers redrawn until solvable.
@@ -214,8 +224,7 @@ def iter_split(
         raise ValueError(f"countdown: split {split} has no targets")
     excl = frozenset(exclude)
     tasks = [
-        (cfg.seed, split, c, min(CHUNK, size - c * CHUNK), list(targets), cfg.num_numbers,
-         cfg.max_number, traces)
+        (cfg.seed, split, c, min(CHUNK, size - c * CHUNK), list(targets), cfg.num_numbers, cfg.max_number, traces)
         for c in range(math.ceil(size / CHUNK))
     ]
     if workers <= 1 or len(tasks) == 1:
@@ -242,7 +251,10 @@ def generate_split(
 
 
 def generate(
-    cfg: CountdownConfig, out_dir: str | os.PathLike, workers: int = 1, traces: bool = True,
+    cfg: CountdownConfig,
+    out_dir: str | os.PathLike,
+    workers: int = 1,
+    traces: bool = True,
     progress: bool = False,
 ) -> dict:
     """Generate all splits into `out_dir` ({split}.jsonl, then meta.json); returns the meta dict.

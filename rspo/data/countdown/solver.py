@@ -67,6 +67,7 @@ def first_solution(target: int, nums: Sequence[int]) -> list[str] | None:
         return None
     return [f"{x}{sym}{y}={r}" for r, x, sym, y in found]
 
+
 def _solvable_batch(nums: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Vectorised exhaustive search: row b is solvable iff some full expression tree hits target[b].
 
@@ -117,6 +118,8 @@ def _solvable(nums: np.ndarray, target: np.ndarray, vectorised: bool) -> np.ndar
         if vectorised:
             out[a:b] = _solvable_batch(nums[a:b], target[a:b])
         else:
-            out[a:b] = [_search([int(v) for v in row], int(t)) is not None
-                        for row, t in zip(nums[a:b], target[a:b], strict=True)]
+            out[a:b] = [
+                _search([int(v) for v in row], int(t)) is not None
+                for row, t in zip(nums[a:b], target[a:b], strict=True)
+            ]
     return out

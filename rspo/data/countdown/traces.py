@@ -172,6 +172,7 @@ def make_record(target: int, nums: Sequence[int], solution: Sequence[str], heuri
         "heuristic": heuristic,
     }
 
+
 # ---------------------------------------------------------------------------------------
 # Text formats
 
