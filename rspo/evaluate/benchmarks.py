@@ -3,7 +3,7 @@
 Item::
 
     {"id": str,
-     "prompt": str,                       # the raw problem (templates live in rspo.evaluate.prompts)
+     "prompt": str,                       # the raw problem (templates live in rspo.prompts)
      "answer": str | list[str],           # math: gold answer(s) for rspo.rewards.math
      "tests": dict,                       # code: how the item is checked (see below)
      "meta": dict}                        # benchmark-specific fields (starter code, entry point, ...)
