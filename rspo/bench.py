@@ -255,16 +255,23 @@ def run_dp_bench(
     return result, lines
 
 
+def add_workload_args(ap: argparse.ArgumentParser, *, steps: int, steps_help: str) -> None:
+    """The arguments `rspo bench` and `rspo speed` share: which model, data and preset, how many
+    measured steps, threads, where the JSON goes, and --quiet."""
+    ap.add_argument("--preset", default="configs/small.yaml")
+    ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
+    ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
+    ap.add_argument("--steps", type=int, default=steps, help=steps_help)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="rspo bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--preset", default="configs/small.yaml")
-    ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
-    ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
-    ap.add_argument("--steps", type=int, default=8, help="measured steps per configuration (after 1 warm-up)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None, help="also write the JSON here")
+    add_workload_args(ap, steps=8, steps_help="measured steps per configuration (after 1 warm-up)")
     ap.add_argument(
         "--data-parallel",
         type=int,
@@ -272,7 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also compare 1 process with N torchrun processes (0: skip)",
     )
-    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
     run_bench(
         args.preset,

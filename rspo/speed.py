@@ -431,21 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="rspo speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--preset", default="configs/small.yaml")
-    ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
-    ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
-    ap.add_argument("--steps", type=int, default=5, help="measured RL steps per contender (after 1 warm-up)")
-    ap.add_argument("--threads", type=int, default=2)
+    from rspo.bench import add_workload_args
+
+    add_workload_args(ap, steps=5, steps_help="measured RL steps per contender (after 1 warm-up)")
     ap.add_argument(
         "--deep-layers", type=int, default=12, help="second table: random-init model of this depth (0: skip)"
     )
-    ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument(
         "--contenders",
         default=",".join(CONTENDERS),
         help=f"comma-separated subset of {','.join(CONTENDERS)} (rspo always; default all)",
     )
-    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     args = ap.parse_args(argv)
     run_speed(
         args.preset,
