@@ -400,10 +400,10 @@ class Plan:
         families = expand_grid(preset, self.seeds)
         default = preset.get("default_families")
         if default is not None and not full:
-            # the default target: the named natural-regime families (the mechanism pair follows
-            # plugin) and every stress family; `full` builds the rest of the grid too
+            # the default target: the named families in each regime (the mechanism pair follows
+            # plugin; stress_<name> follows <name>); `full` builds the rest of the grid too
             keep = set(default) | ({"mechanism"} if "plugin" in default else set())
-            families = {k: v for k, v in families.items() if k in keep or k.startswith("stress_") or k == "main"}
+            families = {k: v for k, v in families.items() if k.removeprefix("stress_") in keep or k == "main"}
         self.families = families
         rl = preset.get("rl") or {}
         self.default_task = str((rl.get("data") or {}).get("task", "countdown"))

@@ -569,15 +569,17 @@ def test_mlflow_flag_logs_every_file_into_one_report_run_tagged_with_its_runs(sm
 
 
 def test_default_families_plan_a_subset_and_full_the_whole_grid():
-    """A preset with default_families: the default plan keeps those natural families (with the
-    mechanism pair) and every stress family; full=True is the whole grid."""
+    """A preset with default_families: the default plan keeps those families (with the mechanism
+    pair) in both regimes and drops the other stress families; full=True is the whole grid."""
     import yaml
 
     data = yaml.safe_load((CONFIGS / "smoke.yaml").read_text())
     data["default_families"] = ["plugin"]
+    data["stress"]["families"] = ["plugin", "routing"]
     default, full = Plan(data), Plan(data, full=True)
     assert set(default.families) == {"plugin", "mechanism", "stress_plugin", "stress_mechanism", "main"}
     assert set(full.families) > set(default.families) and "routing" in full.families
+    assert "stress_routing" in full.families and not default.available("fig8_routing_stress")
     assert set(default.runs) < set(full.runs)
     assert not default.available("fig8_routing") and full.available("fig8_routing")
     assert default.available("fig4_plugin_stress") and default.figure_runs("fig4_plugin") == full.figure_runs(
