@@ -1,6 +1,7 @@
 """The README's Layout section matches the tree: every path it names exists, every top-level folder
 of the repository and every module and subpackage of rspo/ has its line, and the library's lines
-follow the floors of tests/test_layers.py."""
+follow the floors of tests/test_layers.py. Every relative link and image of the README (and of the
+committed results' notes) points to a file that exists."""
 
 from __future__ import annotations
 
@@ -67,3 +68,22 @@ def test_library_lines_follow_the_floors():
     floors = [max(floor(module(p)) for p in paths) for paths, _ in ROWS if paths and paths[0].startswith("rspo/")]
     lows = [min(floor(module(p)) for p in paths) for paths, _ in ROWS if paths and paths[0].startswith("rspo/")]
     assert all(hi <= lo for hi, lo in zip(floors, lows[1:])), "the rspo/ lines of the Layout are not in floor order"
+
+
+def relative_links(text: str) -> list[str]:
+    """Targets of markdown links and images that are not URLs or anchors."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    return [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+
+
+LINKED = [("README.md", t) for t in relative_links(README)] + [
+    (str(p.relative_to(ROOT)), t)
+    for p in sorted((ROOT / "docs").rglob("*.md"))
+    for t in relative_links(p.read_text(encoding="utf-8"))
+    if "math_eval_suite" not in str(p)
+]
+
+
+@pytest.mark.parametrize(("doc", "target"), sorted(set(LINKED)))
+def test_every_relative_link_points_to_a_file(doc, target):
+    assert ((ROOT / doc).parent / target).exists(), f"{doc} links to {target}, which does not exist"
