@@ -4,6 +4,8 @@ issue asks for (the numbers themselves are measured, never asserted: these machi
 import json
 from pathlib import Path
 
+import pytest
+
 from rspo.bench import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +27,7 @@ def test_bench_prints_table_and_json(capsys, tmp_path, monkeypatch):
     assert json.loads(out.read_text()) == result
 
 
+@pytest.mark.slow
 def test_bench_data_parallel_table(capsys, tmp_path):
     """--data-parallel 2: the same RSPO run through `rspo train` in 1 process and under torchrun
     with 2 gloo processes; the table has both rows and the runs agree step by step."""
@@ -89,8 +92,6 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
 
 def test_speed_against_trl(capsys):
     """The TRL contender (the `bench` extra; `make bench` installs it)."""
-    import pytest
-
     pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
     from rspo.speed import main as speed_main
 

@@ -28,6 +28,7 @@ def write_sweep(tmp_path: Path, **extra) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     path = write_sweep(tmp_path)
     rows = run_sweep(str(path), jobs=2, threads=1, table_path=str(tmp_path / "trials.md"))

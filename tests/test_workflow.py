@@ -97,6 +97,7 @@ def test_a_fresh_clone_plans_the_whole_study(tmp_path):
     assert counts.get("pretrain", 0) >= 1 and counts.get("train", 0) >= 1, counts
 
 
+@pytest.mark.slow
 def test_seeds_override_multiplies_runs(ws):
     r = snakemake(ws, "-n", "--config", "preset=small", "seeds=[0,1,2,3]")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -114,6 +115,7 @@ def test_lint_is_clean(ws):
     assert "Congratulations" in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_named_and_file_targets_small(ws):
     r = snakemake(ws, "-n", "fig_plugin_small", "results/small/figures/fig4_plugin.pdf", "table_efficiency")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -125,6 +127,7 @@ def test_named_and_file_targets_small(ws):
     assert "fig1_reward" not in counts and "evaluate_countdown" not in counts
 
 
+@pytest.mark.slow
 def test_table_main_needs_a_main_family(ws):
     r = snakemake(ws, "-n", "table_main")
     assert r.returncode != 0
@@ -159,6 +162,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_malformed_preset_fails_before_any_job(ws, case):
     edit, message = BAD[case]
@@ -169,6 +173,7 @@ def test_malformed_preset_fails_before_any_job(ws, case):
     assert not (ws / "results").exists(), "a job ran although the preset is invalid"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config,message", [(["preset=nope"], "configs/nope.yaml"), (["preset=small", "seeds=[-1]"], "seeds")]
 )
@@ -188,6 +193,7 @@ def _touch(path: Path, mtime: float, text: str | None = None) -> None:
     os.utime(path, (mtime, mtime))
 
 
+@pytest.mark.slow
 def test_report_rules_run_on_fake_outputs_and_make_an_html_report(ws):
     sys.path.insert(0, str(ROOT / "tests"))
     from test_report import write_fake_results
