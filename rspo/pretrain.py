@@ -56,19 +56,50 @@ PRETRAIN_KEYS = {
     "seed",
     "max_new_tokens",
     "vocab_size",
+    "solution",
 }
+NESTED_KEYS = ("model", "text_model")  # mappings whose keys are architecture keys (rspo.models.ARCH_KEYS)
+SOLUTIONS = ("first", "any")
 
 
 def pretrain_settings(preset: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    from rspo.config import ConfigError, parse_override
+    """The preset's ``pretrain:`` mapping with ``--set`` overrides applied and defaults filled in.
 
-    p = dict(preset.get("pretrain") or {})
+    An override is ``key=value`` (``examples=120000``) or, inside the architecture mappings,
+    ``model.key=value`` (``model.num_experts=64``, ``text_model.max_position_embeddings=512``); an
+    unknown key is an error that names it and its valid siblings."""
+    import copy
+
+    from rspo.config import ConfigError, parse_override
+    from rspo.models import ARCH_KEYS
+
+    p = copy.deepcopy(dict(preset.get("pretrain") or {}))
     for text in overrides:
         k, v = parse_override(text)
-        p[k.removeprefix("pretrain.")] = v
+        path = k.removeprefix("pretrain.").split(".")
+        if path[0] not in PRETRAIN_KEYS:
+            raise ConfigError(f"pretrain.{path[0]}: unknown key; valid keys are {sorted(PRETRAIN_KEYS)}")
+        if len(path) == 1:
+            p[path[0]] = v
+            continue
+        if path[0] not in NESTED_KEYS:
+            raise ConfigError(f"pretrain.{k.removeprefix('pretrain.')}: pretrain.{path[0]} is not a mapping")
+        if len(path) > 2 or path[1] not in ARCH_KEYS:
+            raise ConfigError(
+                f"pretrain.{'.'.join(path)}: unknown key; valid keys of pretrain.{path[0]} are {sorted(ARCH_KEYS)}"
+            )
+        section = p.get(path[0]) or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"pretrain.{path[0]}: expected a mapping, got {section!r}")
+        p[path[0]] = {**section, path[1]: v}
     unknown = sorted(set(p) - PRETRAIN_KEYS)
     if unknown:
         raise ConfigError(f"pretrain.{unknown[0]}: unknown key; valid keys are {sorted(PRETRAIN_KEYS)}")
+    p.setdefault("solution", "first")
+    if p["solution"] not in SOLUTIONS:
+        raise ConfigError(f"pretrain.solution: {p['solution']!r}; choose one of {list(SOLUTIONS)}")
+    if p["solution"] == "any" and p.get("format", "steps") != "steps":
+        raise ConfigError("pretrain.solution: `any` needs format `steps` (the traces follow one search)")
     p.setdefault("format", "steps")
     p.setdefault("examples", 1000)
     p.setdefault("batch_size", 64)
@@ -90,11 +121,26 @@ def pretrain_settings(preset: dict[str, Any], overrides: list[str]) -> dict[str,
     return p
 
 
-def sft_pairs(task: str, records: list[dict[str, Any]], fmt: str) -> list[tuple[str, str]]:
+def sft_pairs(
+    task: str, records: list[dict[str, Any]], fmt: str, solution: str = "first", seed: int = 0
+) -> list[tuple[str, str]]:
+    """(prompt, completion) texts. Countdown with ``solution: any``: each example's completion is
+    one of its problem's valid solutions (every path of the exhaustive search that reaches the
+    target, so also the same operations in another order), drawn uniformly with a stream seeded
+    by (seed, example index); ``first`` is the one Qin et al.'s DFS finds first (the record's)."""
     if task == "countdown":
         from rspo.data.countdown import format_completion, format_prompt
 
-        return [(format_prompt(r, fmt), format_completion(r, fmt)) for r in records]
+        if solution == "first":
+            return [(format_prompt(r, fmt), format_completion(r, fmt)) for r in records]
+        from rspo.data.countdown.solver import all_solutions
+
+        pairs = []
+        for i, r in enumerate(records):
+            sols = all_solutions(int(r["target"]), r["nums"])
+            pick = sols[random.Random(f"{seed}:{i}").randrange(len(sols))]
+            pairs.append((format_prompt(r, fmt), format_completion({**r, "solution": pick}, fmt)))
+        return pairs
     from rspo.tasks import get_task
 
     t = get_task(task)
@@ -248,7 +294,7 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     model = build_model(arch, tok, seed=p["seed"]).to(device)
     use_aux = p["router_aux_loss_coef"] > 0
     max_len = int(arch.get("max_position_embeddings", 256))
-    pairs = sft_pairs(args.task, train, fmt)
+    pairs = sft_pairs(args.task, train, fmt, p["solution"], p["seed"])
     seqs, starts = encode_pairs(tok, pairs, max_len)
     n = len(seqs)
     bs = p["batch_size"]
@@ -294,6 +340,8 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
             params={f"pretrain/{k}": json.dumps(v) for k, v in p.items()},
             tags={"kind": "pretrain", "task": args.task, "preset": name},
             source="rspo pretrain",
+            key=f"pretrain/{out.name}",
+            preset=name,
         )
         if args.task == "countdown":
             files = [(Path(args.data) / "train.jsonl", "training"), (Path(args.data) / "val.jsonl", "validation")]

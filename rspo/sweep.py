@@ -38,6 +38,8 @@ from typing import Any
 import yaml
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
+EARLIER_MACHINE = "Intel Xeon (AVX-512), 2 cores"
+"""Trials recorded before rows named their machine ran on this one (the first round)."""
 TRIAL_KEYS = {"name", "base", "steps", "set", "runs", "note"}
 
 
@@ -182,6 +184,7 @@ def run_one(
     val = [(r["step"], r["val/val/score"]) for r in rows if "val/val/score" in r]
     train = [r for r in rows if "critic/score/mean" in r]
     return {
+        **group_diagnostics(train),
         "algo": algo,
         "seed": seed,
         "wall_s": wall or sum(r.get("perf/step_s", 0.0) for r in train),
@@ -198,6 +201,43 @@ def run_one(
         "collapsed": bool(final.get("collapsed")),
         "collapse_step": final.get("collapse_step"),
     }
+
+
+DIAGNOSTICS = {
+    "zero_std": "groups/zero_std_frac",
+    "all_correct": "groups/all_correct_frac",
+    "all_wrong": "groups/all_wrong_frac",
+    "distinct": "groups/distinct_responses",
+    "entropy": "actor/entropy",
+    "step_s": "perf/step_s",
+}
+WINDOW = 10  # steps averaged at the start and at the end of a run
+
+
+def group_diagnostics(train: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The RLVR diagnostics of a run (rspo.train.group_stats), mean over its first and its last
+    ``WINDOW`` steps: ``<name>_first`` / ``<name>_last`` (None for runs logged before they existed)."""
+    out: dict[str, float | None] = {}
+    for name, key in DIAGNOSTICS.items():
+        for part, rows in (("first", train[:WINDOW]), ("last", train[-WINDOW:])):
+            vals = [r[key] for r in rows if key in r]
+            out[f"{name}_{part}"] = statistics.mean(vals) if vals else None
+    return out
+
+
+def machine() -> str:
+    """The CPU the trial ran on (results differ between CPU types: other kernels, other rounding)."""
+    import platform
+
+    model = ""
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                model = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float, int]:
@@ -230,6 +270,10 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
             "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
             "collapsed": sum(r["collapsed"] for r in rs),
             "n": len(rs),
+            **{
+                k: statistics.mean(r[k] for r in rs) if all(r.get(k) is not None for r in rs) else None
+                for k in (f"{name}_{part}" for name in DIAGNOSTICS for part in ("first", "last"))
+            },
         }
     return out
 
@@ -237,6 +281,12 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
 def _fmt_gain(g: tuple[float, float, int]) -> str:
     m, sd, n = g
     return f"{100 * m:+.1f}" + (f" ± {100 * sd:.1f}" if n > 1 else "") + f" (n={n})"
+
+
+def _first_last(v: dict[str, Any] | None, name: str, fmt: str) -> str:
+    if not v or v.get(f"{name}_first") is None:
+        return "-"
+    return f"{format(v[name + '_first'], fmt)} → {format(v[name + '_last'], fmt)}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -252,12 +302,24 @@ def table(rows: list[dict[str, Any]]) -> str:
         "GRPO max share γ<0.8",
         "max pg_clipfrac",
         "collapsed",
+        "zero-var groups",
+        "all correct / all wrong (last)",
+        "distinct / group",
+        "entropy",
+        "s/step",
         "wall",
+        "machine",
     ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
     for t in rows:
         per_algo = {a: v for a, v in t.items() if isinstance(v, dict) and "n" in v}
         g, r = per_algo.get("gmpo"), per_algo.get("grpo")
+        d = g or r  # the diagnostics of GMPO's runs (GRPO's when the trial has no GMPO run)
+        split = (
+            f"{d['all_correct_last']:.2f} / {d['all_wrong_last']:.2f}"
+            if d and d.get("all_correct_last") is not None
+            else "-"
+        )
         cells = [
             t["name"],
             t["base"],
@@ -270,7 +332,13 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{100 * r['max_gamma_clip']:.2f}%" if r else "-",
             f"{max(v['max_pg_clipfrac'] for v in per_algo.values()):.3f}",
             ", ".join(f"{a} {v['collapsed']}/{v['n']}" for a, v in per_algo.items()),
+            _first_last(d, "zero_std", ".2f"),
+            split,
+            _first_last(d, "distinct", ".1f"),
+            _first_last(d, "entropy", ".3f"),
+            f"{d['step_s_first']:.2f}" if d and d.get("step_s_first") is not None else "-",
             f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min",
+            t.get("machine", EARLIER_MACHINE),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -335,6 +403,7 @@ def run_sweep(
         row = summarise(trial, runs, base_wall, time.perf_counter() - t0)
         row["runs_spec"] = trial["runs"]
         row["jobs"], row["threads"] = jobs, threads
+        row["machine"] = machine()
         done.append(row)
         with open(done_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")

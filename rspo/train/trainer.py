@@ -58,9 +58,7 @@ Implementation choices that change no result (up to float rounding):
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -103,8 +101,10 @@ from rspo.seeding import derive_seed
 from rspo.tasks import Task, generate_and_score, get_task, load_records
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
+from rspo.train.group_stats import group_stats, response_entropy
+from rspo.train.run_folder import RunFolder, RunFolderMismatch
 
-CKPT_DIR = "checkpoints"
+__all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
 
 
 def _stochastic(model: torch.nn.Module) -> bool:
@@ -116,10 +116,6 @@ def _stochastic(model: torch.nn.Module) -> bool:
     ):
         return True
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
-
-
-class RunFolderMismatch(RuntimeError):
-    pass
 
 
 class TooManyNonFinite(RuntimeError):
@@ -138,8 +134,8 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.quiet = quiet  # no progress lines (rspo.progress) when True
-        self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.folder = RunFolder(out_dir, cfg.fingerprint())
+        self.out = self.folder.out
         set_threads(cfg.model.threads)
         self.dist: Dist = init_distributed(resolve_device(cfg.model.device))
         if self.dist.enabled:
@@ -212,7 +208,7 @@ class Trainer:
         self.nonfinite_in_row = 0
         self.tracker = None
         self._tracker_factory = tracker_factory
-        self.metrics_path = self.out / "metrics.jsonl"
+        self.metrics_path = self.folder.metrics_path
         self._perm: tuple[int, list[int]] = (-1, [])
         self._last_logged: dict[str, float] = {}
         self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
@@ -254,78 +250,38 @@ class Trainer:
 
     def _prepare_folder(self) -> str | None:
         """Check the folder belongs to this config; restore the last checkpoint. -> MLflow run id."""
-        info_path = self.out / "run.json"
-        if info_path.is_file():
-            old = json.loads(info_path.read_text())
-            if old.get("fingerprint") != self.cfg.fingerprint():
-                raise RunFolderMismatch(
-                    f"run folder {self.out} holds a run with another config (fingerprint {old.get('fingerprint')} "
-                    f"!= {self.cfg.fingerprint()}); delete the folder or choose another --out"
-                )
-        ckpt = self.latest_checkpoint()
+        self.folder.check_owner()
+        ckpt = self.folder.latest_checkpoint()
         run_id = None
         if ckpt is not None:
             run_id = self._load_checkpoint(ckpt)
         elif self.dist.is_main:
-            self.metrics_path.unlink(missing_ok=True)
+            self.folder.reset_metrics()
         self.dist.barrier()  # no rank reads the folder while rank 0 rewrites it
         return run_id
 
     def latest_checkpoint(self) -> Path | None:
-        d = self.out / CKPT_DIR
-        if not d.is_dir():
-            return None
-        done = sorted(
-            (p for p in d.glob("step_*") if (p / "state.pt").is_file()), key=lambda p: int(p.name.split("_")[1])
-        )
-        return done[-1] if done else None
+        return self.folder.latest_checkpoint()
 
     def _save_checkpoint(self) -> None:
-        """Full (unsharded) model and optimizer state, written by rank 0 into a temp folder that is
-        renamed at the end: a checkpoint exists whole or not at all."""
+        """Full (unsharded) model and optimizer state, written atomically by rank 0 (RunFolder)."""
         model_sd, optim_sd = full_state_dicts(self.model, self.optimizer)  # collective
-        if not self.dist.is_main:
-            self.dist.barrier()
-            return
-        d = self.out / CKPT_DIR
-        d.mkdir(exist_ok=True)
-        final = d / f"step_{self.step:06d}"
-        tmp = d / f".tmp_step_{self.step:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        from safetensors.torch import save_file
-
-        # clones: tied embeddings share storage, which safetensors refuses
-        save_file({k: v.detach().contiguous().clone() for k, v in model_sd.items()}, str(tmp / "model.safetensors"))
-        state = {
-            "step": self.step,
-            "optimizer": optim_sd,
-            "scheduler": self.scheduler.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-            "collapse": self.collapse.state_dict(),
-            "nonfinite_in_row": self.nonfinite_in_row,
-            "mlflow_run_id": self.tracker.run_id if self.tracker else None,
-        }
-        torch.save(state, tmp / "state.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # atomic: a checkpoint either exists whole or not at all
-        keep = self.cfg.schedule.keep_checkpoints
-        olds = sorted(d.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))[:-keep]
-        for p in olds:
-            shutil.rmtree(p, ignore_errors=True)
+        if self.dist.is_main:
+            state = {
+                "step": self.step,
+                "optimizer": optim_sd,
+                "scheduler": self.scheduler.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+                "collapse": self.collapse.state_dict(),
+                "nonfinite_in_row": self.nonfinite_in_row,
+                "mlflow_run_id": self.tracker.run_id if self.tracker else None,
+            }
+            self.folder.save_checkpoint(self.step, model_sd, state, self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
 
     def _load_checkpoint(self, ckpt: Path) -> str | None:
         """Every rank reads the full state and keeps its shard (any world size can resume)."""
-        from safetensors.torch import load_file
-
-        try:
-            model_sd = load_file(str(ckpt / "model.safetensors"))
-            state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
-        except Exception as e:  # corrupt checkpoint: say which and why
-            raise RuntimeError(
-                f"checkpoint {ckpt} is corrupt or unreadable: {e}; delete it to resume from the previous one"
-            ) from e
+        model_sd, state = self.folder.load_checkpoint(ckpt)
         try:
             load_full_state_dicts(self.model, model_sd, self.optimizer, state["optimizer"])
         except (KeyError, ValueError, RuntimeError) as e:
@@ -336,14 +292,10 @@ class Trainer:
         self.collapse.load_state_dict(state["collapse"])
         self.nonfinite_in_row = state["nonfinite_in_row"]
         self.step = int(state["step"])
-        # metric lines written after this checkpoint belong to work that is redone now
-        if self.dist.is_main and self.metrics_path.is_file():
-            keep = [
-                ln
-                for ln in self.metrics_path.read_text().splitlines()
-                if ln.strip() and json.loads(ln)["step"] <= self.step
-            ]
-            self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
+        if self.dist.is_main:  # metric lines written after this checkpoint belong to work that is redone now
+            self.folder.truncate_metrics(self.step)
+        # the rollout engine samples from the restored weights, not from the base it was built on
+        self.backend.sync_weights(self.model)
         return state.get("mlflow_run_id")
 
     # ------------------------------------------------------------------ logging
@@ -354,8 +306,7 @@ class Trainer:
         self._last_logged.update(row)
         if not self.dist.is_main:
             return
-        with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        self.folder.append_metrics(row)
         if self.tracker is not None:
             self.tracker.log_metrics(metrics, step)
 
@@ -587,12 +538,14 @@ class Trainer:
             mbs.append((prompts[:, None] * G + torch.arange(G)[None, :]).reshape(-1))  # rows of those groups
         return mbs
 
-    def train_step(self) -> dict[str, float]:
-        cfg, step = self.cfg, self.step
+    def _rollout(self, step: int) -> tuple[RolloutBatch, torch.Tensor, float]:
+        """This rank's share of the step's prompts, G responses each, scored; every rank's rows
+        gathered into the batch one process builds. -> (batch, rewards (B,), generation seconds)"""
+        cfg = self.cfg
         G = cfg.rollout.group_size
-        t0 = time.perf_counter()
         records = self._sample_prompts(step)
         lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
+        t0 = time.perf_counter()
         local = self.backend.generate(
             [self.task.prompt(r) for r in records[lo:hi]],
             G,
@@ -602,95 +555,116 @@ class Trainer:
             seed=derive_seed(cfg.seed, step, 1),
             row_offset=lo * G,
         )
-        t1 = time.perf_counter()
+        t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, cfg.data.reward_workers)
         batch, scored = self._gather_rollout(local, local_scored)
-        rewards = torch.tensor([s for s, _ in scored], dtype=torch.float32)
-        adv = group_advantages(rewards, G).to(self.device)
-        t2 = time.perf_counter()
-        mbs0 = self._mini_batches(step, 0, G, len(records))
-        # the on-policy first mini-batch records its own old values in its update (see _update_micro)
-        old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0)
-        t3 = time.perf_counter()
-        self.model.train()
+        return batch, torch.tensor([s for s, _ in scored], dtype=torch.float32), t_gen
+
+    def _update_mini_batch(self, batch, mb, adv, old_logp, cache, record) -> dict[str, list[float]] | None:
+        """One optimiser update on mini-batch ``mb`` (its micro-batches accumulate); -> its metrics
+        (every rank's micro-batch values), or None when the update was skipped for non-finite values."""
+        cfg = self.cfg
+        self.optimizer.zero_grad(set_to_none=True)
         mask = batch.response_mask
+        n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
+        metrics: dict[str, list[float]] = defaultdict(list)
+        try:
+            for rows in self._micro_batches(self._local_rows(mb)):
+                for k, v in self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record).items():
+                    metrics[k].append(v)
+            params = [p for p in self.model.parameters() if p.grad is not None and p.numel()]
+            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
+            if not torch.isfinite(grad_norm):
+                raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
+        except NonFiniteLogProbError as e:
+            self.nonfinite_in_row += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.nonfinite_in_row >= cfg.optim.max_nonfinite_in_row:
+                raise TooManyNonFinite(
+                    f"step {self.step}: {self.nonfinite_in_row} updates in a row skipped for non-finite values "
+                    f"(last: {e}); stopping (optim.max_nonfinite_in_row={cfg.optim.max_nonfinite_in_row})"
+                ) from e
+            return None
+        self.nonfinite_in_row = 0
+        self.optimizer.step()
+        self.scheduler.step()
+        if self.dist.enabled:  # the micro-batch values of every rank, in rank order
+            merged: dict[str, list[float]] = defaultdict(list)
+            for part in self.dist.all_gather_object(dict(metrics)):
+                for k, v in part.items():
+                    merged[k] += v
+            metrics = merged
+        metrics["actor/grad_norm"].append(float(grad_norm))
+        return metrics
+
+    def _updates(self, batch, adv, old_logp, entropy, cache, mbs0, n_prompts):
+        """The step's ppo_epochs x mini-batch updates. -> (metrics averaged over updates, the
+        first (on-policy) mini-batch's metrics, number of skipped updates)"""
+        G = self.cfg.rollout.group_size
         sums: dict[str, list[float]] = defaultdict(list)
         first_mb: dict[str, float] = {}
         skipped = 0
-        for epoch in range(cfg.schedule.ppo_epochs):
-            mbs = mbs0 if epoch == 0 else self._mini_batches(step, epoch, G, len(records))
+        self.model.train()
+        for epoch in range(self.cfg.schedule.ppo_epochs):
+            mbs = mbs0 if epoch == 0 else self._mini_batches(self.step, epoch, G, n_prompts)
             for j, mb in enumerate(mbs):
-                self.optimizer.zero_grad(set_to_none=True)
-                n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
-                mb_metrics: dict[str, list[float]] = defaultdict(list)
-                ok = True
-                try:
-                    record = entropy if self.onpolicy_shortcut and epoch == 0 and j == 0 else None
-                    for rows in self._micro_batches(self._local_rows(mb)):
-                        m = self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record)
-                        for k, v in m.items():
-                            mb_metrics[k].append(v)
-                    grad_norm = full_tensor(
-                        torch.nn.utils.clip_grad_norm_(
-                            [p for p in self.model.parameters() if p.grad is not None and p.numel()],
-                            cfg.optim.grad_clip,
-                        )
-                    )
-                    if not torch.isfinite(grad_norm):
-                        raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
-                except NonFiniteLogProbError as e:
-                    ok = False
+                # the on-policy first mini-batch records its own old values (see _update_micro)
+                record = entropy if self.onpolicy_shortcut and epoch == 0 and j == 0 else None
+                m = self._update_mini_batch(batch, mb, adv, old_logp, cache, record)
+                if m is None:
                     skipped += 1
-                    self.nonfinite_in_row += 1
-                    self.optimizer.zero_grad(set_to_none=True)
-                    if self.nonfinite_in_row >= cfg.optim.max_nonfinite_in_row:
-                        raise TooManyNonFinite(
-                            f"step {step}: {self.nonfinite_in_row} updates in a row skipped for non-finite values "
-                            f"(last: {e}); stopping (optim.max_nonfinite_in_row={cfg.optim.max_nonfinite_in_row})"
-                        ) from e
-                if ok:
-                    self.nonfinite_in_row = 0
-                    self.optimizer.step()
-                    self.scheduler.step()
-                    if self.dist.enabled:  # the micro-batch values of every rank, in rank order
-                        merged: dict[str, list[float]] = defaultdict(list)
-                        for part in self.dist.all_gather_object(dict(mb_metrics)):
-                            for k, v in part.items():
-                                merged[k] += v
-                        mb_metrics = merged
-                    mb_metrics["actor/grad_norm"].append(float(grad_norm))
-                    for k, v in mb_metrics.items():
-                        sums[k].append(sum(v) / len(v))
-                    if epoch == 0 and j == 0:
-                        first_mb = {k: sum(v) / len(v) for k, v in mb_metrics.items()}
-        t4 = time.perf_counter()
+                    continue
+                for k, v in m.items():
+                    sums[k].append(sum(v) / len(v))
+                if epoch == 0 and j == 0:
+                    first_mb = {k: sum(v) / len(v) for k, v in m.items()}
         self.model.eval()
+        return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
+
+    def train_step(self) -> dict[str, float]:
+        """One rollout step: rollout and rewards, advantages, old pass, updates, engine sync."""
+        cfg, step = self.cfg, self.step
+        G = cfg.rollout.group_size
+        t0 = time.perf_counter()
+        batch, rewards, t_gen = self._rollout(step)
+        adv = group_advantages(rewards, G).to(self.device)
+        t2 = time.perf_counter()
+        n_prompts = cfg.schedule.prompts_per_step
+        mbs0 = self._mini_batches(step, 0, G, n_prompts)
+        # the on-policy first mini-batch records its own old values in its update (see _update_micro)
+        old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0)
+        t3 = time.perf_counter()
+        metrics, first_mb, skipped = self._updates(batch, adv, old_logp, entropy, cache, mbs0, n_prompts)
+        t4 = time.perf_counter()
         self.backend.sync_weights(self.model)
+        t5 = time.perf_counter()
         self.last_batch = batch
+        mask = batch.response_mask
         n_tokens = float(mask.sum())
-        metrics = {k: sum(v) / len(v) for k, v in sums.items()}
+        upd_s = max(t4 - t3, 1e-9)
         metrics.update(
             {
                 "critic/score/mean": float(rewards.mean()),
                 "critic/score/max": float(rewards.max()),
                 "critic/score/min": float(rewards.min()),
+                **group_stats(rewards, batch.response_ids, mask, G),
                 "actor/entropy": float(masked_mean(entropy, mask.bool())),
+                "actor/response_entropy": response_entropy(entropy, mask),
                 "response_length/mean": float(mask.sum(1).mean()),
                 "response/special_stop_frac": self._special_stop_frac(batch),
                 "actor/skipped_updates": float(skipped),
                 "actor/lr": float(self.scheduler.get_last_lr()[0]),
-                "perf/rollout_s": t1 - t0,
-                "perf/reward_s": t2 - t1,
+                "perf/rollout_s": t_gen,
+                "perf/reward_s": t2 - t0 - t_gen,
                 "perf/old_pass_s": t3 - t2,
                 "perf/update_s": t4 - t3,
+                "perf/sync_s": t5 - t4,
                 "perf/step_s": t4 - t0,
-                "perf/rollout_tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
-                "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
+                "perf/rollout_tokens_per_s": n_tokens / max(t_gen, 1e-9),
+                "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / upd_s,
                 # every non-padding token the updates process (prompt + response), as a training loop counts
-                "perf/update_tokens_per_s": (
-                    float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9)
-                ),
+                "perf/update_tokens_per_s": float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / upd_s,
             }
         )
         if cache is not None:
@@ -754,14 +728,16 @@ class Trainer:
                 run_id=run_id,
                 run_name=cfg.run_name,
                 params=cfg.flat_params(),
-                tags={k: str(v) for k, v in info.items() if k != "fingerprint"},
+                tags={
+                    **{k: str(v) for k, v in info.items() if k != "fingerprint"},
+                    "rspo.fingerprint": info["fingerprint"],
+                },
             )
         info["mlflow_run_id"] = self.tracker.run_id if self.tracker else None
         if self.dist.enabled:
             info["world_size"] = self.dist.world_size
         if main:
-            (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
-            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
+            self.folder.write_identity({**info, "collapsed": self.collapse.fired}, cfg.to_dict())
         if self.tracker:
             self.tracker.log_artifact(self.out / "config.json")
         sc = cfg.schedule
@@ -802,13 +778,8 @@ class Trainer:
                 self.tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
         progress.close()
-        last: dict[str, float] = {}
-        if main:  # the whole file: a resumed run's earlier steps are in it, not in memory
-            for ln in self.metrics_path.read_text().splitlines():
-                if ln.strip():
-                    last.update(json.loads(ln))
-        else:
-            last = dict(self._last_logged)
+        # the whole file: a resumed run's earlier steps are in it, not in memory
+        last = self.folder.last_metrics() if main else dict(self._last_logged)
         final = {
             **info,
             "collapsed": self.collapse.fired,
@@ -817,12 +788,10 @@ class Trainer:
             "final_metrics": last,
         }
         if main:
-            (self.out / "run.json").write_text(json.dumps({**info, "collapsed": self.collapse.fired}, indent=2))
-            tmp = self.out / "final.json.tmp"
-            tmp.write_text(json.dumps(final, indent=2))
+            self.folder.write_identity({**info, "collapsed": self.collapse.fired})
+            path = self.folder.write_final(final)
             if self.tracker:
-                self.tracker.log_artifact(tmp)
-            tmp.rename(self.out / "final.json")
+                self.tracker.log_artifact(path)
         if self.tracker:
             self.tracker.end("FINISHED")
         self.dist.barrier()  # final.json exists before any rank returns

@@ -60,6 +60,28 @@ def _search(nums: list[int], target: int) -> list[tuple[int, int, str, int]] | N
     return None
 
 
+def all_solutions(target: int, nums: Sequence[int]) -> list[list[str]]:
+    """Every solution of the exhaustive search (each path of the DFS that ends at ``target``), as
+    step strings, in DFS order, without duplicates; the first is ``first_solution``."""
+    found: list[list[str]] = []
+    seen: set[tuple[str, ...]] = set()
+
+    def rec(cur: list[int], path: list[str]) -> None:
+        n = len(cur)
+        for i, j in itertools.combinations(range(n), 2):
+            rest = [cur[k] for k in range(n) if k != i and k != j]
+            for r, x, sym, y in _results(cur[i], cur[j]):
+                step = [*path, f"{x}{sym}{y}={r}"]
+                if n > 2:
+                    rec(rest + [r], step)
+                elif r == target and tuple(step) not in seen:
+                    seen.add(tuple(step))
+                    found.append(step)
+
+    rec(list(nums), [])
+    return found
+
+
 def first_solution(target: int, nums: Sequence[int]) -> list[str] | None:
     """The solution Qin et al.'s exhaustive DFS finds first, as step strings, or None."""
     found = _search(list(nums), target)
