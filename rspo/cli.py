@@ -22,8 +22,9 @@ COMMANDS: dict[str, str] = {
     "bench": "rspo.bench:main",
     "speed": "rspo.speed:main",
     "sweep": "rspo.sweep:main",
-    "mlflow-init": "rspo.tracking:init_main",
-    "mlflow-ui": "rspo.tracking:ui_main",
+    "mlflow-init": "rspo.mlflow_commands:init_main",
+    "mlflow-sync": "rspo.mlflow_commands:sync_main",
+    "mlflow-ui": "rspo.mlflow_commands:ui_main",
 }
 
 HELP = """usage: python -m rspo <command> [args...]
@@ -40,6 +41,7 @@ commands:
   speed        RL step vs TRL's GRPOTrainer, plain training and generate (needs the bench extra)
   sweep        run regime-choosing trials from a sweep file and write the trial table
   mlflow-init  create the MLflow store and experiment once, before jobs start
+  mlflow-sync  record in the MLflow store what the result files hold and the store lacks
   mlflow-ui    `mlflow ui` on a preset's store; prints the address of its runs table
 
 `python -m rspo <command> --help` describes a command's arguments.

@@ -33,13 +33,13 @@ What the UI shows:
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import functools
 import hashlib
 import json
 import math
 import os
+import random
 import shlex
 import subprocess
 import sys
@@ -63,10 +63,19 @@ def default_tracking_uri(preset: str, results_dir: str | Path | None = None) -> 
     return f"sqlite:///{(base / 'mlflow' / 'mlflow.db').resolve()}"
 
 
+def model_label(model_dir: str) -> str:
+    """A checkpoint's short name: the run name for ``runs/<run>/final``, else the folder's name."""
+    return Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
+
+
 def eval_run_name(family: str, model_dir: str) -> str:
     """The MLflow run name of an evaluation: eval-<family>-<run name, or the model folder's name>."""
-    label = Path(model_dir).parent.name if Path(model_dir).name == "final" else Path(model_dir).name
-    return f"eval-{family}-{label}"
+    return f"eval-{family}-{model_label(model_dir)}"
+
+
+def eval_run_key(family: str, model_dir: str) -> str:
+    """The ``rspo.key`` tag of an evaluation's MLflow run (``mlflow-sync`` finds it by this)."""
+    return f"eval/{family}/{model_label(model_dir)}"
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -92,9 +101,13 @@ def ensure_experiment(uri: str, name: str) -> str:
     """Create the store (if sqlite) and the experiment once; return the experiment id.
 
     The experiment is marked as a model-training experiment (``EXPERIMENT_KIND_TAG``); an
-    experiment made before that tag existed gets it here."""
+    experiment made before that tag existed gets it here. On a sqlite store creation happens under
+    a file lock; on a tracking server (no file lock) a concurrent creation by another job makes
+    ours fail with RESOURCE_ALREADY_EXISTS, and the experiment is then looked up by name."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    configure_clients()
     with _store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(name)
@@ -106,9 +119,14 @@ def ensure_experiment(uri: str, name: str) -> str:
         path = _sqlite_path(uri)
         if path is not None:
             artifact_root = (path.parent / "artifacts").resolve().as_uri()
-        return client.create_experiment(
-            name, artifact_location=artifact_root, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
-        )
+        try:
+            return client.create_experiment(
+                name, artifact_location=artifact_root, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+            )
+        except MlflowException as e:
+            if error_code(e) != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return client.get_experiment_by_name(name).experiment_id
 
 
 def experiment_url(experiment_id: str, host: str = "http://127.0.0.1:5000") -> str:
@@ -204,8 +222,167 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+# ---------------------------------------------------------------------------- resilience
+
+RETRY_ENV = "RSPO_MLFLOW_RETRY_S"
+PROBE_ENV = "RSPO_MLFLOW_PROBE_S"
+DEFAULT_RETRY_S = 120.0
+DEFAULT_PROBE_S = 60.0
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+# MlflowException codes that no retry can change (a rejected value, a deleted run): reported at
+# once. Not BAD_REQUEST: MLflow's SQL store reports every SQLAlchemy error under it, the
+# IntegrityError of two jobs registering the same dataset at once included, and that one passes.
+PERMANENT_CODES = frozenset(
+    {"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "PERMISSION_DENIED"}
+)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
+
+
+def is_transient(e: BaseException) -> bool:
+    """An error a retry can fix: a store that is locked, busy, racing another writer, down or full
+    (MLflow's own errors except PERMANENT_CODES, database errors, OS and network errors). Anything
+    else (a rejected value, a deleted run, a bug) is reported at once and not retried."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if isinstance(e, MlflowException):
+        return e.error_code not in PERMANENT_CODES
+    return isinstance(e, (OSError, sqlite3.Error, SQLAlchemyError))
+
+
+def error_code(e: BaseException) -> str:
+    return str(getattr(e, "error_code", "") or "")
+
+
+def short_error(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}"
+
+
+@functools.cache
+def configure_clients() -> None:
+    """Process-wide settings for talking to a store many jobs share (called before any client).
+
+    - SQLite: every connection waits up to 60 s for a lock (``PRAGMA busy_timeout``) instead of
+      sqlite3's 5 s, so writers queue instead of failing with "database is locked".
+    - HTTP (a tracking server): no HTTP-level retry and a 30 s timeout per request unless the user set
+      ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` / ``MLFLOW_HTTP_REQUEST_TIMEOUT``; MLflow's defaults (7
+      retries with exponential backoff, 120 s timeout) could hold one call for many minutes, while
+      ``Resilience`` bounds the whole call (``RSPO_MLFLOW_RETRY_S``).
+    """
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _busy_timeout(dbapi_conn, _record):  # pragma: no cover - exercised through MLflow's engine
+        if isinstance(dbapi_conn, sqlite3.Connection):
+            dbapi_conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+def warn(message: str) -> None:
+    """Tracking warnings go to stderr (the job log), one line each, prefixed ``[mlflow]``."""
+    print(f"[mlflow] {message}", file=sys.stderr, flush=True)
+
+
+FAILED = type("Failed", (), {"__repr__": lambda self: "FAILED", "__bool__": lambda self: False})()
+"""What ``Resilience.call`` returns for a call that did not go through (falsy)."""
+
+
+class Resilience:
+    """Bounded retries for tracking calls, so that tracking never fails a job.
+
+    ``call(what, fn, ...)`` runs ``fn``; on an error it retries with exponential backoff (0.25 s
+    doubling to 5 s, jittered) for at most ``retry_s`` seconds (``$RSPO_MLFLOW_RETRY_S``, default
+    120), then gives up on that call: it warns once, names the run and what was not recorded, and
+    returns ``FAILED``. From then on the store counts as unreachable: calls are skipped (and counted)
+    except one attempt every ``probe_s`` seconds (``$RSPO_MLFLOW_PROBE_S``, default 60); when an
+    attempt succeeds again, logging resumes. Other errors (not ``is_transient``) are not retried.
+    ``lost`` collects what was not recorded; ``summary()`` says it in one line. The run folder
+    keeps everything, and ``python -m rspo mlflow-sync`` records it afterwards.
+
+    Retrying is safe because every call the project makes is idempotent or made so: MLflow drops
+    a metric already stored with the same (key, value, step, timestamp); re-logging a param with
+    its value, a tag, an artifact or a dataset input changes nothing; run creation searches for
+    the run a previous attempt may have created (``Tracker``).
+    """
+
+    def __init__(self, label: str, *, retry_s: float | None = None, probe_s: float | None = None) -> None:
+        self.label = label
+        self.retry_s = _env_seconds(RETRY_ENV, DEFAULT_RETRY_S) if retry_s is None else float(retry_s)
+        self.probe_s = _env_seconds(PROBE_ENV, DEFAULT_PROBE_S) if probe_s is None else float(probe_s)
+        self.offline = False
+        self._next_probe = 0.0
+        self.lost: dict[str, str] = {}  # what was not recorded -> the last error
+        self.retries = 0
+
+    def call(self, what: str, fn, *args, **kwargs):
+        now = time.monotonic()
+        if self.offline and now < self._next_probe:
+            self.lost.setdefault(what, "store unreachable")
+            return FAILED
+        deadline = now + (0.0 if self.offline else self.retry_s)
+        delay = 0.25
+        while True:
+            try:
+                out = fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - every tracking error is caught here, by design
+                permanent = not is_transient(e)
+                if not permanent and time.monotonic() + delay <= deadline:
+                    self.retries += 1
+                    time.sleep(delay * (0.5 + random.random()))
+                    delay = min(2 * delay, 5.0)
+                    continue
+                self.lost[what] = short_error(e)
+                if permanent:
+                    warn(f"{self.label}: {what} not recorded: {short_error(e)}")
+                elif not self.offline:
+                    warn(
+                        f"{self.label}: {what} not recorded: the store failed for {self.retry_s:g} s "
+                        f"({short_error(e)}); the job goes on without tracking (one attempt every "
+                        f"{self.probe_s:g} s), its run folder keeps everything"
+                    )
+                    self.offline = True
+                if not permanent:
+                    self._next_probe = time.monotonic() + self.probe_s
+                return FAILED
+            if self.offline:
+                self.offline = False
+                warn(f"{self.label}: the store answers again; tracking resumes")
+            return out
+
+    def summary(self) -> str:
+        """What was not recorded, each with its last error."""
+        return "; ".join(f"{what} ({err})" for what, err in self.lost.items())
+
+
 class Tracker:
-    """A thin MlflowClient wrapper bound to one run; resumable by run id."""
+    """A MlflowClient wrapper bound to one run; resumable by run id; never fails the job.
+
+    Every call goes through ``Resilience``: a store that is locked, racing another job, down or
+    full is retried for a bounded time, then skipped with a warning (what was not recorded, for
+    which run); ``end()`` repeats the list and names the command that records it later
+    (``python -m rspo mlflow-sync --preset P``). The job's own files (metrics.jsonl, run.json,
+    ...) are the source of truth.
+
+    Identity: the run carries the tag ``rspo.key`` (``train/<run>``, ``pretrain/<model>``,
+    ``eval/<family>/<model>``), by which ``mlflow-sync`` finds it again, and ``rspo.uid`` (random,
+    per Tracker), by which a retried creation finds the run an earlier attempt created instead of
+    creating a second one.
+    """
 
     def __init__(
         self,
@@ -217,29 +394,89 @@ class Tracker:
         params: dict[str, str] | None = None,
         tags: dict[str, str] | None = None,
         source: str = "rspo",
+        key: str | None = None,
+        preset: str = "",
+        retry_s: float | None = None,
+        probe_s: float | None = None,
     ) -> None:
+        import uuid
+
         from mlflow.tracking import MlflowClient
 
+        configure_clients()
         self.uri = uri
+        self.experiment = experiment
+        self.run_name = run_name
+        self.preset = preset
+        self.key = key or run_name
+        self.uid = uuid.uuid4().hex
         self.client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = ensure_experiment(uri, experiment)
-        if run_id:
-            run = self.client.get_run(run_id)  # raises if the run is gone
-            self.run_id = run.info.run_id
-            self.client.update_run(self.run_id, status="RUNNING")
-        else:
-            all_tags = {"git_commit": git_commit(), **source_tags(source), **package_versions(), **(tags or {})}
-            run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
-            self.run_id = run.info.run_id
-            if params:
-                self.log_params(params)
+        self.experiment_id: str | None = None
+        self.run_id: str | None = None
+        self._resume_id = run_id
+        self._tags = {
+            "git_commit": git_commit(),
+            **source_tags(source),
+            **package_versions(),
+            **(tags or {}),
+            "rspo.key": self.key,
+            "rspo.uid": self.uid,
+        }
+        self._params = dict(params or {})
+        self._attempts = 0
+        self.net = Resilience(f"run {run_name!r}", retry_s=retry_s, probe_s=probe_s)
+        self._metric_steps_lost: list[int] = []
+        self._started()
+
+    # -- the run
+
+    def _start(self) -> str:
+        from mlflow.exceptions import MlflowException
+
+        self._attempts += 1
+        if self.experiment_id is None:
+            self.experiment_id = ensure_experiment(self.uri, self.experiment)
+        if self._resume_id:
+            try:
+                run = self.client.get_run(self._resume_id)
+            except MlflowException as e:
+                if error_code(e) != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                run = None
+            if run is not None and run.info.lifecycle_stage == "active":
+                self.client.update_run(self._resume_id, status="RUNNING")
+                return self._resume_id
+            warn(f"run {self.run_name!r}: MLflow run {self._resume_id} is gone from the store; starting a new one")
+            self._resume_id = None
+        if self._attempts > 1:  # an earlier attempt may have created the run before failing
+            found = self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`rspo.uid` = '{self.uid}'", max_results=1
+            )
+            if found:
+                return found[0].info.run_id
+        return self.client.create_run(self.experiment_id, run_name=self.run_name, tags=self._tags).info.run_id
+
+    def _started(self) -> bool:
+        """Whether the run exists; creates it (or finds the resumed one) when the store answers."""
+        if self.run_id is None:
+            run_id = self.net.call("the run itself", self._start)
+            self.run_id = None if run_id is FAILED else run_id
+            if self.run_id is not None and self._params:
+                self.log_params(self._params)
+        return self.run_id is not None
+
+    # -- logging
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
+        self._params.update(params)
+        if not self._started():
+            self.net.lost.setdefault("params", "no run")
+            return
         items = [Param(k, str(v)[:6000]) for k, v in params.items()]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i : i + 100])
+            self.net.call("params", self.client.log_batch, self.run_id, params=items[i : i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -250,38 +487,84 @@ class Tracker:
             for k, v in metrics.items()
             if isinstance(v, (int, float)) and math.isfinite(float(v))
         ]
+        ok = self._started()
         for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+            if ok:
+                ok = (
+                    self.net.call("metrics", self.client.log_batch, self.run_id, metrics=items[i : i + 500])
+                    is not FAILED
+                )
+            if not ok:
+                self._metric_steps_lost.append(step)
+                self.net.lost.setdefault("metrics", "no run")
+                break
 
     def set_tag(self, key: str, value: Any) -> None:
-        self.client.set_tag(self.run_id, key, str(value))
+        if self._started():
+            self.net.call(f"tag {key}", self.client.set_tag, self.run_id, key, str(value))
+        else:
+            self.net.lost.setdefault(f"tag {key}", "no run")
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+        what = f"artifact {Path(path).name}"
+        if self._started():
+            self.net.call(what, self.client.log_artifact, self.run_id, str(path), artifact_path)
+        else:
+            self.net.lost.setdefault(what, "no run")
 
     def log_datasets(self, files: Iterable[tuple[str | Path, str]]) -> None:
         """Record data files as the run's dataset inputs: ``[(path, context), ...]`` with context
         ``training`` / ``validation`` / ``evaluation``. A file already recorded for this run with
-        the same digest and context is not recorded twice (a resumed run calls this again)."""
-        from mlflow.entities import DatasetInput, InputTag
-        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+        the same digest and context is not recorded twice (a resumed run calls this again).
 
-        have = {
-            (d.dataset.name, d.dataset.digest, tuple(sorted((t.key, t.value) for t in d.tags)))
-            for d in self.client.get_run(self.run_id).inputs.dataset_inputs
-        }
-        inputs = []
-        for path, context in files:
-            ds = file_dataset(path)
-            tags = [InputTag(MLFLOW_DATASET_CONTEXT, context)]
-            if (ds.name, ds.digest, ((MLFLOW_DATASET_CONTEXT, context),)) in have:
-                continue
-            inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=tags))
-        if inputs:
-            self.client.log_inputs(self.run_id, datasets=inputs)
+        Two jobs registering the same file at once race in MLflow's store (it looks the dataset up,
+        then inserts it: the second insert violates the unique key); the retry looks it up again
+        and only links it."""
+        files = list(files)
+        if self._started():
+            self.net.call("datasets", log_dataset_inputs, self.client, self.run_id, files)
+        else:
+            self.net.lost.setdefault("datasets", "no run")
 
     def end(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.run_id, status=status)
+        if self._started():
+            self.net.call(f"status {status}", self.client.set_terminated, self.run_id, status=status)
+        else:
+            self.net.lost.setdefault(f"status {status}", "no run")
+        if self.net.lost:
+            lost = list(self.net.lost)
+            if self._metric_steps_lost:
+                steps = self._metric_steps_lost
+                span = f"{len(steps)} steps, {min(steps)}-{max(steps)}"
+                lost = [f"metrics ({span})" if w == "metrics" else w for w in lost]
+            where = f"MLflow run {self.run_id}" if self.run_id else "no MLflow run (never created)"
+            cmd = f"python -m rspo mlflow-sync --preset {self.preset}" if self.preset else "python -m rspo mlflow-sync"
+            warn(
+                f"run {self.run_name!r} ({where}) did not record: {', '.join(lost)}. The run folder "
+                f"has everything; `{cmd}` records it in the store."
+            )
+
+
+def log_dataset_inputs(client, run_id: str, files: Iterable[tuple[str | Path, str]]) -> int:
+    """Link data files to a run as dataset inputs (skipping those already linked with the same
+    digest and context); -> the number linked now."""
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    have = {
+        (d.dataset.name, d.dataset.digest, tuple(sorted((t.key, t.value) for t in d.tags)))
+        for d in client.get_run(run_id).inputs.dataset_inputs
+    }
+    inputs = []
+    for path, context in files:
+        ds = file_dataset(path)
+        tags = [InputTag(MLFLOW_DATASET_CONTEXT, context)]
+        if (ds.name, ds.digest, ((MLFLOW_DATASET_CONTEXT, context),)) in have:
+            continue
+        inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=tags))
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
+    return len(inputs)
 
 
 # ---------------------------------------------------------------------------- the report run
@@ -290,32 +573,34 @@ class Tracker:
 def report_run(uri: str, experiment: str, preset: str) -> str:
     """The id of the preset's report run (named ``report``, tag kind=report), created if missing.
 
-    Several report jobs run at once under Snakemake, so find-or-create happens under the store's
-    file lock (sqlite); ``mlflow-init`` (Snakemake's onstart) creates the run before any job
-    starts, which also covers a tracking server, where no file lock exists. A job then only
-    adds its own artifacts and its own tag (``runs/<target>``), which cannot collide."""
+    Several report jobs run at once under Snakemake. On sqlite, find-or-create happens under the
+    store's file lock; ``mlflow-init`` (Snakemake's onstart) creates the run before any job
+    starts, which also covers a tracking server, where no file lock exists. Should two jobs still
+    both create one (a server and no onstart), both converge on the earliest and the other is
+    deleted. A job then only adds its own artifacts and its own tag (``runs/<target>``)."""
     from mlflow.tracking import MlflowClient
 
     exp_id = ensure_experiment(uri, experiment)
+    query = f"attributes.run_name = '{REPORT_RUN}' AND tags.kind = 'report'"
+    order = ["attributes.start_time ASC"]
     with _store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
-        found = client.search_runs(
-            [exp_id],
-            filter_string=f"attributes.run_name = '{REPORT_RUN}' AND tags.kind = 'report'",
-            order_by=["attributes.start_time ASC"],
-            max_results=1,
-        )
+        found = client.search_runs([exp_id], filter_string=query, order_by=order, max_results=1)
         if found:
             return found[0].info.run_id
         tags = {
             **source_tags("rspo report"),
             "kind": "report",
             "preset": preset,
+            "rspo.key": REPORT_RUN,
             "mlflow.note.content": f"Figures and tables of preset `{preset}` (none built yet).",
         }
-        run = client.create_run(exp_id, run_name=REPORT_RUN, tags=tags)
-        client.set_terminated(run.info.run_id, "FINISHED")
-        return run.info.run_id
+        mine = client.create_run(exp_id, run_name=REPORT_RUN, tags=tags).info.run_id
+        client.set_terminated(mine, "FINISHED")
+        first = client.search_runs([exp_id], filter_string=query, order_by=order, max_results=1)[0].info.run_id
+        if first != mine:  # another job created one at the same moment: keep the earliest
+            client.delete_run(mine)
+        return first
 
 
 def _report_note(client, run, preset: str) -> str:
@@ -341,121 +626,33 @@ def _report_note(client, run, preset: str) -> str:
 
 def log_report(
     uri: str, experiment: str, preset: str, target: str, files: Iterable[str | Path], built_from: list[str]
-) -> str:
+) -> str | None:
     """Log a figure's or table's files into the report run, tag it with the runs it was built
-    from (``runs/<target>``: MLflow run names) and refresh the run's description; -> run id."""
+    from (``runs/<target>``: MLflow run names) and refresh the run's description; -> run id, or
+    None when the store could not be reached (warned; the report job still succeeds and
+    ``mlflow-sync`` logs the files later)."""
     from mlflow.tracking import MlflowClient
 
-    run_id = report_run(uri, experiment, preset)
+    configure_clients()
+    net = Resilience(f"report run ({target})")
+    run_id = net.call("the report run", report_run, uri, experiment, preset)
+    if run_id is FAILED:
+        warn(f"{target} not logged into the report run; `python -m rspo mlflow-sync --preset {preset}` logs it later")
+        return None
     client = MlflowClient(tracking_uri=uri)
     folder = "tables" if target.startswith("table") else "figures"
     for f in files:
-        client.log_artifact(run_id, str(f), folder)
+        net.call(f"artifact {Path(f).name}", client.log_artifact, run_id, str(f), folder)
     if built_from:
-        client.set_tag(run_id, f"runs/{target}", ", ".join(built_from)[:8000])
-    with _store_lock(uri):  # the description is rebuilt from every job's tags: one writer at a time
-        client.set_tag(run_id, "mlflow.note.content", _report_note(client, client.get_run(run_id), preset))
-        client.set_terminated(run_id, "FINISHED")
+        net.call(f"tag runs/{target}", client.set_tag, run_id, f"runs/{target}", ", ".join(built_from)[:8000])
+    net.call("the description", refresh_report_note, uri, client, run_id, preset)
+    if net.lost:
+        warn(f"report run: did not record {net.summary()}; `python -m rspo mlflow-sync --preset {preset}` does")
     return run_id
 
 
-def _preset_store(preset_arg: str, uri: str = "") -> tuple[str, str, str]:
-    """(preset name, experiment, tracking URI) of ``--preset`` (a path, or a name in configs/)."""
-    from rspo.config import load_preset
-
-    path = Path(preset_arg)
-    if not path.is_file() and "/" not in preset_arg and not preset_arg.endswith((".yaml", ".yml")):
-        path = REPO_ROOT / "configs" / f"{preset_arg}.yaml"
-    preset = load_preset(path)
-    name = str(preset.get("preset", path.stem))
-    experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
-    return name, experiment, uri or default_tracking_uri(name)
-
-
-def init_main(argv: list[str] | None = None) -> int:
-    """`python -m rspo mlflow-init --preset configs/<p>.yaml`: create the store, the experiment and
-    the report run once; print them and the runs table's address in `mlflow ui`."""
-    ap = argparse.ArgumentParser(prog="rspo mlflow-init", description=init_main.__doc__)
-    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
-    ap.add_argument("--uri", default="", help="tracking URI (default: $MLFLOW_TRACKING_URI or sqlite under results/)")
-    args = ap.parse_args(argv)
-    name, experiment, uri = _preset_store(args.preset, args.uri)
-    exp_id = ensure_experiment(uri, experiment)
-    run_id = report_run(uri, experiment, name)
-    print(
-        json.dumps(
-            {
-                "tracking_uri": uri,
-                "experiment": experiment,
-                "experiment_id": exp_id,
-                "report_run_id": run_id,
-                "ui": experiment_url(exp_id),
-            }
-        )
-    )
-    return 0
-
-
-def ui_main(argv: list[str] | None = None) -> int:
-    """`python -m rspo mlflow-ui --preset small`: `mlflow ui` on the preset's store, opened on the runs table.
-
-    Prints the address of the experiment's runs table (with ``workflowType=machine_learning``, the
-    parameter the MLflow 3.17 UI reads to pick its "Model training" view), then runs ``mlflow ui``
-    in the foreground on the preset's store (Ctrl-C stops it)."""
-    ap = argparse.ArgumentParser(prog="rspo mlflow-ui", description=ui_main.__doc__)
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--preset", help="configs/<p>.yaml or a preset name (small, smoke, ...)")
-    src.add_argument("--uri", help="tracking URI (then --experiment names the experiment)")
-    ap.add_argument("--experiment", default="", help="experiment name (default: the preset's)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=5000)
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args(argv)
-    if args.preset:
-        try:
-            _, experiment, uri = _preset_store(args.preset)
-        except (OSError, ValueError) as e:  # ConfigError is a ValueError
-            print(f"rspo mlflow-ui: {e}", file=sys.stderr)
-            return 2
-    else:
-        uri, experiment = args.uri, args.experiment
-        if not experiment:
-            ap.error("--uri needs --experiment")
-    experiment = args.experiment or experiment
-    path = _sqlite_path(uri)
-    if path is not None and not path.is_file():
-        print(
-            f"rspo mlflow-ui: no MLflow store at {path} (run the workflow, or `python -m rspo mlflow-init`, first)",
-            file=sys.stderr,
-        )
-        return 2
-    exp_id = ensure_experiment(uri, experiment)  # also marks an older experiment as model training
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        args.host,
-        "--port",
-        str(args.port),
-        "--workers",
-        str(args.workers),
-    ]
-    if path is not None:  # artifacts next to the store, never ./mlartifacts in the cwd
-        cmd += ["--default-artifact-root", (path.parent / "artifacts").resolve().as_uri()]
-    print(
-        json.dumps(
-            {
-                "experiment": experiment,
-                "experiment_id": exp_id,
-                "tracking_uri": uri,
-                "ui": experiment_url(exp_id, f"http://{args.host}:{args.port}"),
-            }
-        ),
-        flush=True,
-    )
-    os.execv(sys.executable, cmd)
-    return 0  # pragma: no cover - execv does not return
+def refresh_report_note(uri: str, client, run_id: str, preset: str) -> None:
+    """Rebuild the report run's description from every job's tags (one writer at a time)."""
+    with _store_lock(uri):
+        client.set_tag(run_id, "mlflow.note.content", _report_note(client, client.get_run(run_id), preset))
+        client.set_terminated(run_id, "FINISHED")

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.bench",
             "rspo.speed",
             "rspo.sweep",
+            "rspo.mlflow_commands",
         ],
     ),
     ("the command dispatcher", ["rspo.cli", "rspo.__main__"]),

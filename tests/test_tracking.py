@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rspo import tracking
+from rspo import mlflow_commands, tracking
 from rspo.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, ensure_experiment, file_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +158,7 @@ def test_parallel_report_jobs_share_one_report_run(uri, tmp_path):
 
 
 def test_mlflow_init_creates_the_report_run_and_prints_the_runs_table(uri, capsys):
-    assert tracking.init_main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--uri", uri]) == 0
+    assert mlflow_commands.init_main(["--preset", str(ROOT / "configs" / "smoke.yaml"), "--uri", uri]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ui"].endswith(f"#/experiments/{out['experiment_id']}/runs?workflowType=machine_learning")
     c = client(uri)
@@ -167,6 +167,222 @@ def test_mlflow_init_creates_the_report_run_and_prints_the_runs_table(uri, capsy
 
 
 def test_mlflow_ui_refuses_a_missing_store(tmp_path, capsys):
-    rc = tracking.ui_main(["--uri", f"sqlite:///{tmp_path / 'none.db'}", "--experiment", "x"])
+    rc = mlflow_commands.ui_main(["--uri", f"sqlite:///{tmp_path / 'none.db'}", "--experiment", "x"])
     assert rc == 2 and "no MLflow store" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
+
+
+# ---------------------------------------------------------------------------- many jobs, one store
+
+_RACE = """
+import json, sys
+from pathlib import Path
+from multiprocessing.managers import BaseManager
+
+uri, root, index, rounds, address = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+from rspo.tracking import Tracker
+
+class M(BaseManager):
+    pass
+
+M.register("barrier")
+m = M(address=tuple(json.loads(address)), authkey=b"race")
+m.connect()
+barrier = m.barrier()
+for r in range(rounds):
+    data = root / f"round{r}"
+    barrier.wait()  # every job creates its run at the same moment ...
+    t = Tracker(uri, "rspo-race", f"job{index}-r{r}", params={"seed": str(index), "a/b": "1"},
+                tags={"kind": "train"}, source="rspo train", key=f"train/job{index}-r{r}", retry_s=60)
+    barrier.wait()  # ... then registers the same data files at the same moment (MLflow's race)
+    t.log_datasets([(data / "train.jsonl", "training"), (data / "val.jsonl", "validation")])
+    for step in range(3):
+        t.log_metrics({"critic/score/mean": 0.1 * step, "actor/ppo_kl": step}, step)
+    t.set_tag("collapse", "false")
+    t.log_artifact(data / "train.jsonl")
+    t.end()
+    print(json.dumps({"round": r, "lost": t.net.lost}), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_many_jobs_log_the_same_datasets_at_once_and_every_write_lands(uri, tmp_path):
+    """8 processes released by a barrier create runs and register the same data files into one
+    sqlite store, 6 rounds. MLflow looks a dataset up, then inserts it, so concurrent first
+    registrations violate its unique key: before the fix, 9 of 10 such rounds had a process die
+    with `UNIQUE constraint failed: datasets...` (the failure that stopped `make main`). Now every
+    write lands: no process fails or loses anything, each dataset is stored once, every run is
+    complete."""
+    from multiprocessing.managers import BaseManager
+    from threading import Barrier
+
+    n, rounds = 8, 6
+    ensure_experiment(uri, "rspo-race")  # mlflow-init: the store exists before jobs start
+    for r in range(rounds):
+        d = tmp_path / f"round{r}"
+        d.mkdir()
+        (d / "train.jsonl").write_text(json.dumps({"round": r}) + "\n")
+        (d / "val.jsonl").write_text(json.dumps({"val": r}) + "\n")
+    barrier = Barrier(n, timeout=600)
+
+    class M(BaseManager):
+        pass
+
+    M.register("barrier", callable=lambda: barrier)
+    manager = M(address=("127.0.0.1", 0), authkey=b"race")
+    manager.start()
+    try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        env["OMP_NUM_THREADS"] = "1"
+        addr = json.dumps(list(manager.address))
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _RACE, uri, str(tmp_path), str(i), str(rounds), addr],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(n)
+        ]
+        outs = [p.communicate(timeout=900) for p in procs]
+    finally:
+        manager.shutdown()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        reports = [json.loads(ln) for ln in out.splitlines()]
+        assert [x["round"] for x in reports] == list(range(rounds))
+        assert all(x["lost"] == {} for x in reports), reports
+    c = client(uri)
+    exp = c.get_experiment_by_name("rspo-race")
+    runs = c.search_runs([exp.experiment_id], max_results=1000)
+    assert len(runs) == n * rounds
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        assert run.data.params == {"seed": run.info.run_name[3], "a/b": "1"}
+        assert run.data.tags["collapse"] == "false" and run.data.tags["rspo.key"] == f"train/{run.info.run_name}"
+        assert len(c.get_metric_history(run.info.run_id, "critic/score/mean")) == 3
+        assert len(c.get_run(run.info.run_id).inputs.dataset_inputs) == 2
+        assert [a.path for a in c.list_artifacts(run.info.run_id)] == ["train.jsonl"]
+    import sqlite3
+
+    db = sqlite3.connect(str(tracking._sqlite_path(uri)))
+    assert db.execute("select count(*), count(distinct name || digest) from datasets").fetchone() == (2 * rounds,) * 2
+
+
+# ---------------------------------------------------------------------------- a broken store
+
+
+class Flaky:
+    """Wraps a client: calls of the named methods raise while `down` is set."""
+
+    def __init__(self, inner, methods):
+        self.inner, self.methods, self.down, self.calls = inner, set(methods), False, 0
+
+    def __getattr__(self, name):
+        fn = getattr(self.inner, name)
+        if name not in self.methods:
+            return fn
+
+        def call(*a, **kw):
+            self.calls += 1
+            if self.down:
+                import sqlite3
+
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+            return fn(*a, **kw)
+
+        return call
+
+
+def test_a_store_that_breaks_mid_run_never_fails_the_job(uri, capsys):
+    """Writes fail for longer than the retry bound: the tracker warns once (naming the run and
+    what was not recorded), stops trying except one probe per probe interval, resumes when the
+    store answers again, and lists everything it missed at the end."""
+    t = Tracker(uri, "rspo-test", "grpo-s0", retry_s=0.3, probe_s=0.2, preset="small")
+    t.client = Flaky(t.client, {"log_batch", "set_tag", "log_artifact", "set_terminated"})
+    t.log_metrics({"critic/score/mean": 0.5}, 1)
+    t.client.down = True
+    t.log_metrics({"critic/score/mean": 0.6}, 2)  # retried for 0.3 s, then given up
+    assert t.net.offline and t.client.calls > 2
+    calls = t.client.calls
+    t.log_metrics({"critic/score/mean": 0.7}, 3)  # skipped: within the probe interval
+    t.set_tag("collapse", "true")
+    assert t.client.calls == calls
+    import time
+
+    time.sleep(0.25)
+    t.client.down = False
+    t.log_metrics({"critic/score/mean": 0.8}, 4)  # the probe goes through: tracking resumes
+    assert not t.net.offline
+    t.end()
+    err = capsys.readouterr().err
+    assert "run 'grpo-s0': metrics not recorded: the store failed for 0.3 s" in err
+    assert "attempt to write a readonly database" in err and "the store answers again" in err
+    assert "did not record: metrics (2 steps, 2-3), tag collapse" in err
+    assert "python -m rspo mlflow-sync --preset small" in err
+    c = client(uri)
+    steps = [m.step for m in c.get_metric_history(t.run_id, "critic/score/mean")]
+    assert sorted(steps) == [1, 4] and c.get_run(t.run_id).info.status == "FINISHED"
+
+
+def test_no_store_at_all_costs_the_job_a_bounded_time(capsys):
+    """A tracking server that is down from the start: the job goes on, each call is retried for
+    at most the bound, later calls are skipped, and the end says no run was created."""
+    import time
+
+    t0 = time.monotonic()
+    t = Tracker("http://127.0.0.1:9", "rspo-test", "gmpo-s1", retry_s=1.0, probe_s=60)
+    for step in range(50):
+        t.log_metrics({"x": step}, step)
+    t.log_artifact(__file__)
+    t.end()
+    assert time.monotonic() - t0 < 30
+    assert t.run_id is None
+    err = capsys.readouterr().err
+    assert "gmpo-s1" in err and "no MLflow run (never created)" in err and "metrics (50 steps, 0-49)" in err
+
+
+def test_a_rejected_value_is_reported_at_once_not_retried(uri, capsys):
+    t = Tracker(uri, "rspo-test", "grpo-s0", params={"lr": "1"}, retry_s=30)
+    import time
+
+    t0 = time.monotonic()
+    t.log_params({"lr": "2"})  # MLflow refuses to change a param: permanent, no 30 s of retries
+    assert time.monotonic() - t0 < 5 and not t.net.offline
+    assert "params not recorded" in capsys.readouterr().err
+    t.log_metrics({"x": 1.0}, 1)  # the store still takes everything else
+    assert client(uri).get_run(t.run_id).data.metrics == {"x": 1.0}
+
+
+def test_a_retried_run_creation_does_not_make_a_second_run(uri):
+    """A creation that went through but reported an error (a server timeout after its commit) is
+    found again by the tracker's uid on the retry."""
+    from mlflow.tracking import MlflowClient
+
+    real = MlflowClient.create_run
+    state = {"n": 0}
+
+    def create_then_fail(self, *a, **kw):
+        state["n"] += 1
+        run = real(self, *a, **kw)
+        if state["n"] == 1:
+            raise ConnectionError("read timed out (after the server committed)")
+        return run
+
+    MlflowClient.create_run = create_then_fail
+    try:
+        t = Tracker(uri, "rspo-test", "grpo-s0", retry_s=10)
+    finally:
+        MlflowClient.create_run = real
+    exp = client(uri).get_experiment_by_name("rspo-test")
+    assert [r.info.run_id for r in client(uri).search_runs([exp.experiment_id])] == [t.run_id]
+    assert state["n"] == 1  # the retry found it instead of creating another
+
+
+def test_sqlite_connections_wait_for_locks(uri):
+    ensure_experiment(uri, "rspo-test")  # creates the store (and configures the clients)
+    from sqlalchemy import create_engine, text
+
+    with create_engine(uri).connect() as conn:
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() == tracking.SQLITE_BUSY_TIMEOUT_MS

@@ -140,7 +140,7 @@ def _log_mlflow(
     result: dict[str, Any],
     datasets: list[tuple[str, str]] | None = None,
 ) -> None:
-    from rspo.tracking import Tracker, default_tracking_uri, eval_run_name
+    from rspo.tracking import Tracker, default_tracking_uri, eval_run_key, eval_run_name
 
     name = str(preset.get("preset", "preset"))
     experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
@@ -150,6 +150,8 @@ def _log_mlflow(
         eval_run_name(family, model_dir),
         tags={"kind": "eval", "family": family, "model": str(model_dir), "preset": name},
         source=f"rspo evaluate {family}",
+        key=eval_run_key(family, model_dir),
+        preset=name,
     )
     if datasets:
         tracker.log_datasets(datasets)
@@ -179,13 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser(family).parse_args(argv[1:])
     from rspo.config import load_preset
     from rspo.models import set_threads
-    from rspo.tracking import eval_run_name
+    from rspo.tracking import model_label
 
     set_threads(args.threads)
     preset = load_preset(args.preset)
     settings = _settings(preset, family, args)
     t0 = time.time()
-    progress = PhaseProgress(f"eval {family} {eval_run_name(family, args.model).split('-', 2)[2]}", args.quiet)
+    progress = PhaseProgress(f"eval {family} {model_label(args.model)}", args.quiet)
     datasets: list[tuple[str, str]] = []
     if family == "countdown":
         fmt = ((preset.get("rl") or {}).get("data") or {}).get("prompt_format", "steps")

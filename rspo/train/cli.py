@@ -91,8 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         uri = cfg.tracking.tracking_uri or default_tracking_uri(str(preset.get("preset", cfg.preset)))
         experiment = (preset.get("mlflow") or {}).get("experiment", cfg.tracking.experiment)
 
+        preset_name = str(preset.get("preset", cfg.preset))
+
         def factory(**kw):
-            tracker = Tracker(uri, experiment, source="rspo train", **kw)
+            tracker = Tracker(
+                uri, experiment, source="rspo train", key=f"train/{cfg.run_name}", preset=preset_name, **kw
+            )
             files = [(cfg.data.train_path, "training")] + [(p, "validation") for p in cfg.data.val_paths.values()]
             tracker.log_datasets([(p, c) for p, c in files if Path(p).is_file()])
             return tracker

@@ -1,0 +1,460 @@
+"""The MLflow commands: `mlflow-init`, `mlflow-sync` and `mlflow-ui` (``python -m rspo <command>``).
+
+- ``mlflow-init`` creates a preset's store, experiment and report run once, before any job starts
+  (Snakemake's ``onstart``), since concurrent jobs creating them race (rspo.tracking).
+- ``mlflow-sync`` brings the store up to date from the files the jobs wrote: every pretraining
+  run (``models/<m>/pretrain.json``, ``models/<m>.work/metrics.jsonl``), RL run
+  (``runs/<run>/{run,config,final}.json``, ``metrics.jsonl``), evaluation (``eval/<model>/<family>.json``)
+  and the report run (``figures/``, ``tables/``) of ``results/<preset>/``. Those files are the source
+  of truth; a job whose tracking failed (store locked, down, full) leaves its run folder complete,
+  and ``mlflow-sync`` records what the store is missing. It is idempotent: it only adds what is
+  missing (params, tags, dataset inputs, metric points, artifacts, a finished status), so a second
+  run changes nothing and prints zero counts. It never deletes anything from the store.
+- ``mlflow-ui`` runs ``mlflow ui`` on a preset's store and prints the address of its runs table.
+
+How ``mlflow-sync`` matches files to MLflow runs: by the tag ``rspo.key`` the jobs set
+(``pretrain/<model>``, ``train/<run>``, ``eval/<family>/<model>``, ``report``); an RL run must also
+carry the run folder's config fingerprint (tag ``rspo.fingerprint``), else it is a run of an older
+config and a new one is created. Runs made by versions without ``rspo.key`` are matched by run
+name and kind. Among several matches the latest counts. An RL run folder without ``final.json``
+(a job still running, or killed) only fills an MLflow run that already exists; none is created for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rspo.tracking import (
+    FAILED,
+    REPO_ROOT,
+    REPORT_RUN,
+    Resilience,
+    _sqlite_path,
+    configure_clients,
+    default_tracking_uri,
+    ensure_experiment,
+    eval_run_key,
+    eval_run_name,
+    experiment_url,
+    log_dataset_inputs,
+    refresh_report_note,
+    report_run,
+    source_tags,
+    warn,
+)
+
+
+def _preset_path(preset_arg: str) -> Path:
+    """``--preset``: a path, or a name in configs/."""
+    path = Path(preset_arg)
+    if not path.is_file() and "/" not in preset_arg and not preset_arg.endswith((".yaml", ".yml")):
+        path = REPO_ROOT / "configs" / f"{preset_arg}.yaml"
+    return path
+
+
+def _preset_store(preset_arg: str, uri: str = "") -> tuple[str, str, str]:
+    """(preset name, experiment, tracking URI) of ``--preset`` (a path, or a name in configs/)."""
+    from rspo.config import load_preset
+
+    path = _preset_path(preset_arg)
+    preset = load_preset(path)
+    name = str(preset.get("preset", path.stem))
+    experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
+    return name, experiment, uri or default_tracking_uri(name)
+
+
+def init_main(argv: list[str] | None = None) -> int:
+    """`python -m rspo mlflow-init --preset configs/<p>.yaml`: create the store, the experiment and
+    the report run once; print them and the runs table's address in `mlflow ui`."""
+    ap = argparse.ArgumentParser(prog="rspo mlflow-init", description=init_main.__doc__)
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
+    ap.add_argument("--uri", default="", help="tracking URI (default: $MLFLOW_TRACKING_URI or sqlite under results/)")
+    ap.add_argument(
+        "--best-effort",
+        action="store_true",
+        help="on a store that cannot be reached, warn and exit 0 (jobs then record what they can and "
+        "`mlflow-sync` the rest); Snakemake's onstart passes it, so a tracking server that is down "
+        "does not stop the workflow",
+    )
+    args = ap.parse_args(argv)
+    name, experiment, uri = _preset_store(args.preset, args.uri)
+    net = Resilience("mlflow-init")
+    ids = net.call("the experiment and its report run", lambda: (ensure_experiment(uri, experiment), None))
+    if ids is not FAILED:
+        ids = net.call("the report run", lambda: (ids[0], report_run(uri, experiment, name)))
+    if ids is FAILED:
+        msg = f"the MLflow store {uri} could not be prepared ({net.summary()})"
+        if args.best_effort:
+            warn(f"{msg}; the workflow goes on, `python -m rspo mlflow-sync --preset {name}` records its runs later")
+            return 0
+        print(f"rspo mlflow-init: {msg}", file=sys.stderr)
+        return 1
+    exp_id, run_id = ids
+    print(
+        json.dumps(
+            {
+                "tracking_uri": uri,
+                "experiment": experiment,
+                "experiment_id": exp_id,
+                "report_run_id": run_id,
+                "ui": experiment_url(exp_id),
+            }
+        )
+    )
+    return 0
+
+
+def ui_main(argv: list[str] | None = None) -> int:
+    """`python -m rspo mlflow-ui --preset small`: `mlflow ui` on the preset's store, opened on the runs table.
+
+    Prints the address of the experiment's runs table (with ``workflowType=machine_learning``, the
+    parameter the MLflow 3.17 UI reads to pick its "Model training" view), then runs ``mlflow ui``
+    in the foreground on the preset's store (Ctrl-C stops it)."""
+    ap = argparse.ArgumentParser(prog="rspo mlflow-ui", description=ui_main.__doc__)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="configs/<p>.yaml or a preset name (small, smoke, ...)")
+    src.add_argument("--uri", help="tracking URI (then --experiment names the experiment)")
+    ap.add_argument("--experiment", default="", help="experiment name (default: the preset's)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=5000)
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args(argv)
+    if args.preset:
+        try:
+            _, experiment, uri = _preset_store(args.preset)
+        except (OSError, ValueError) as e:  # ConfigError is a ValueError
+            print(f"rspo mlflow-ui: {e}", file=sys.stderr)
+            return 2
+    else:
+        uri, experiment = args.uri, args.experiment
+        if not experiment:
+            ap.error("--uri needs --experiment")
+    experiment = args.experiment or experiment
+    path = _sqlite_path(uri)
+    if path is not None and not path.is_file():
+        print(
+            f"rspo mlflow-ui: no MLflow store at {path} (run the workflow, or `python -m rspo mlflow-init`, first)",
+            file=sys.stderr,
+        )
+        return 2
+    exp_id = ensure_experiment(uri, experiment)  # also marks an older experiment as model training
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--workers",
+        str(args.workers),
+    ]
+    if path is not None:  # artifacts next to the store, never ./mlartifacts in the cwd
+        cmd += ["--default-artifact-root", (path.parent / "artifacts").resolve().as_uri()]
+    print(
+        json.dumps(
+            {
+                "experiment": experiment,
+                "experiment_id": exp_id,
+                "tracking_uri": uri,
+                "ui": experiment_url(exp_id, f"http://{args.host}:{args.port}"),
+            }
+        ),
+        flush=True,
+    )
+    os.execv(sys.executable, cmd)
+    return 0  # pragma: no cover - execv does not return
+
+
+# ---------------------------------------------------------------------------- mlflow-sync
+
+METRIC_BATCH = 1000
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _mtime_ms(path: Path) -> int | None:
+    return int(path.stat().st_mtime * 1000) if path.exists() else None
+
+
+class Syncer:
+    """Adds to one experiment what the result files hold and the store lacks (see the module docstring).
+
+    ``counts`` says what was written: runs created, params, tags, datasets, metric points,
+    artifacts, statuses; all zero when the store was already complete."""
+
+    def __init__(self, uri: str, experiment: str, preset: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        configure_clients()
+        self.uri, self.preset = uri, preset
+        self.client = MlflowClient(tracking_uri=uri)
+        self.exp_id = ensure_experiment(uri, experiment)
+        self.counts: Counter[str] = Counter()
+        self.skipped: list[str] = []
+        self.runs = self.client.search_runs([self.exp_id], max_results=50000, order_by=["attributes.start_time DESC"])
+
+    # -- finding or creating the MLflow run of a file set
+
+    def find(self, key: str, name: str, kind: str, fingerprint: str | None = None, run_id: str | None = None):
+        def matches(r) -> bool:
+            tags = r.data.tags
+            if fingerprint and tags.get("rspo.fingerprint", fingerprint) != fingerprint:
+                return False
+            if tags.get("rspo.key") == key:
+                return True
+            legacy = "rspo.key" not in tags and r.info.run_name == name
+            return legacy and tags.get("kind", kind if kind == "train" else "") == kind
+
+        if run_id:
+            for r in self.runs:
+                if r.info.run_id == run_id and matches(r):
+                    return r
+        return next((r for r in self.runs if matches(r)), None)
+
+    def create(self, name: str, tags: dict[str, str], start_ms: int | None):
+        run = self.client.create_run(self.exp_id, run_name=name, tags=tags, start_time=start_ms)
+        self.counts["runs created"] += 1
+        self.runs.insert(0, self.client.get_run(run.info.run_id))
+        return self.runs[0]
+
+    # -- filling one run
+
+    def ensure(
+        self,
+        run,
+        *,
+        params: dict[str, str] | None = None,
+        tags: dict[str, str] | None = None,
+        datasets: list[tuple[Path, str]] | None = None,
+        metrics: list[dict[str, Any]] | None = None,
+        artifacts: list[tuple[Path, str | None]] | None = None,
+        finished_ms: int | None = None,
+    ) -> None:
+        from mlflow.entities import Param, RunTag
+
+        rid = run.info.run_id
+        have_params = run.data.params
+        new_params = [Param(k, str(v)[:6000]) for k, v in (params or {}).items() if k not in have_params]
+        for i in range(0, len(new_params), 100):
+            self.client.log_batch(rid, params=new_params[i : i + 100])
+        self.counts["params"] += len(new_params)
+        new_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items() if run.data.tags.get(k) != str(v)]
+        if new_tags:
+            self.client.log_batch(rid, tags=new_tags)
+        self.counts["tags"] += len(new_tags)
+        files = [(p, c) for p, c in (datasets or []) if Path(p).is_file()]
+        if files:
+            self.counts["dataset inputs"] += log_dataset_inputs(self.client, rid, files)
+        self.counts["metric points"] += self._metrics(run, metrics or [])
+        for path, folder in artifacts or []:
+            self._artifact(rid, path, folder)
+        if finished_ms is not None and run.info.status != "FINISHED":
+            self.client.set_terminated(rid, "FINISHED", end_time=finished_ms)
+            self.counts["statuses"] += 1
+
+    def _metrics(self, run, rows: list[dict[str, Any]]) -> int:
+        from mlflow.entities import Metric
+
+        wanted: dict[str, dict[int, float]] = {}
+        for row in rows:
+            step = row.get("step")
+            for k, v in row.items():
+                if k == "step" or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    continue
+                wanted.setdefault(k, {})[int(step)] = float(v)  # a repeated step: the last line wins
+        rid = run.info.run_id
+        now = int(time.time() * 1000)
+        todo: list[Metric] = []
+        for key, points in wanted.items():
+            have: dict[int, set[float]] = {}
+            if key in run.data.metrics:
+                for m in self.client.get_metric_history(rid, key):
+                    have.setdefault(m.step, set()).add(m.value)
+            for step, value in sorted(points.items()):
+                if not any(math.isclose(value, h, rel_tol=1e-12, abs_tol=0.0) for h in have.get(step, ())):
+                    todo.append(Metric(key, value, now, step))
+        for i in range(0, len(todo), METRIC_BATCH):
+            self.client.log_batch(rid, metrics=todo[i : i + METRIC_BATCH])
+        return len(todo)
+
+    def _artifact(self, rid: str, path: Path, folder: str | None) -> None:
+        if not path.is_file():
+            return
+        listed = {Path(a.path).name: a.file_size for a in self.client.list_artifacts(rid, folder)}
+        if listed.get(path.name) == path.stat().st_size:
+            return
+        self.client.log_artifact(rid, str(path), folder)
+        self.counts["artifacts"] += 1
+
+    # -- the kinds of result files
+
+    def pretrain(self, model_dir: Path) -> None:
+        summary = json.loads((model_dir / "pretrain.json").read_text())
+        meta_path = model_dir / "rspo_meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        task = summary.get("task", meta.get("task", "countdown"))
+        key, name = f"pretrain/{model_dir.name}", f"pretrain-{task}"
+        tags = {"kind": "pretrain", "task": task, "preset": self.preset, "rspo.key": key}
+        work = model_dir.with_name(model_dir.name + ".work")
+        run = self.find(key, name, "pretrain") or self.create(
+            name, {**source_tags("rspo pretrain"), **tags}, _mtime_ms(work / "metrics.jsonl")
+        )
+        rows = _read_jsonl(work / "metrics.jsonl")
+        last = max((r["step"] for r in rows), default=summary.get("steps", 0))
+        rows.append({"step": last, "pretrain/wall_time_s": summary.get("wall_time_s")})
+        data = self.results / "data" / task
+        self.ensure(
+            run,
+            params={f"pretrain/{k}": json.dumps(v) for k, v in (meta.get("pretrain") or {}).items()},
+            tags=tags,
+            datasets=[(data / "train.jsonl", "training"), (data / "val.jsonl", "validation")],
+            metrics=rows,
+            finished_ms=_mtime_ms(model_dir / "pretrain.json"),
+        )
+
+    def train(self, folder: Path) -> None:
+        from rspo.config import flatten
+
+        info = json.loads((folder / "run.json").read_text())
+        config = json.loads((folder / "config.json").read_text())
+        final_path = folder / "final.json"
+        final = json.loads(final_path.read_text()) if final_path.is_file() else None
+        name, fp = info["run_name"], info["fingerprint"]
+        key = f"train/{name}"
+        skip = {"fingerprint", "mlflow_run_id", "collapsed", "world_size"}
+        tags = {**{k: str(v) for k, v in info.items() if k not in skip}, "kind": "train"}
+        tags.update({"rspo.key": key, "rspo.fingerprint": fp})
+        if final and final.get("collapsed"):
+            tags.update({"collapse": "true", "collapse_step": str(final.get("collapse_step"))})
+        run = self.find(key, name, "train", fingerprint=fp, run_id=info.get("mlflow_run_id"))
+        if run is None:
+            if final is None:
+                self.skipped.append(f"{folder} (no final.json: running or killed; no MLflow run to fill)")
+                return
+            run = self.create(name, {**source_tags("rspo train"), **tags}, _mtime_ms(folder / "config.json"))
+        data = config.get("data") or {}
+        datasets = [(Path(data.get("train_path", "")), "training")]
+        datasets += [(Path(p), "validation") for p in (data.get("val_paths") or {}).values()]
+        self.ensure(
+            run,
+            params=flatten(config),
+            tags=tags,
+            datasets=[(p, c) for p, c in datasets if str(p) not in ("", ".")],
+            metrics=_read_jsonl(folder / "metrics.jsonl"),
+            artifacts=[(folder / "config.json", None), (final_path, None)],
+            finished_ms=_mtime_ms(final_path) if final else None,
+        )
+
+    def evaluation(self, path: Path) -> None:
+        family = path.stem
+        result = json.loads(path.read_text())
+        model = str(result.get("model") or path.parent.name)
+        key, name = eval_run_key(family, model), eval_run_name(family, model)
+        tags = {"kind": "eval", "family": family, "model": model, "preset": self.preset, "rspo.key": key}
+        run = self.find(key, name, "eval") or self.create(
+            name, {**source_tags(f"rspo evaluate {family}"), **tags}, _mtime_ms(path)
+        )
+        metrics: dict[str, float] = {}
+        datasets: list[tuple[Path, str]] = []
+        if family == "countdown":
+            for split, r in (result.get("splits") or {}).items():
+                metrics[f"eval/countdown/{split}/accuracy"] = r["accuracy"]
+                datasets.append((self.results / "data" / "countdown" / f"{split}.jsonl", "evaluation"))
+        else:
+            for bench, r in (result.get("benchmarks") or {}).items():
+                metrics[f"eval/{family}/{bench}/pass_at_1"] = r["pass@1"]
+            if "average" in result:
+                metrics[f"eval/{family}/average"] = result["average"]
+        self.ensure(run, tags=tags, datasets=datasets, metrics=[{"step": 0, **metrics}], finished_ms=_mtime_ms(path))
+
+    def report(self, plan) -> None:
+        from rspo.plan import FIGURES, TABLES
+
+        files: list[tuple[Path, str]] = []
+        built: dict[str, list[str]] = {}
+        for target in FIGURES:
+            pdf = self.results / "figures" / f"{target}.pdf"
+            if pdf.is_file():
+                files += [(pdf.with_suffix(".png"), "figures"), (pdf, "figures")]
+                built[target] = plan.figure_runs(target)
+        for target in TABLES:
+            md = self.results / "tables" / f"{target}.md"
+            if md.is_file():
+                from rspo.report.cli import _table_sources
+
+                files += [(md, "tables"), (md.with_suffix(".tex"), "tables")]
+                built[target] = _table_sources(plan, target, str(self.results / "eval"))
+        if not files:
+            return
+        existed = any(r.info.run_name == REPORT_RUN and r.data.tags.get("kind") == "report" for r in self.runs)
+        rid = report_run(self.uri, self.client.get_experiment(self.exp_id).name, self.preset)
+        self.counts["runs created"] += not existed
+        run = self.client.get_run(rid)
+        tags = {f"runs/{t}": ", ".join(names)[:8000] for t, names in built.items() if names}
+        before = sum(self.counts.values())
+        self.ensure(run, tags=tags, artifacts=files)
+        if sum(self.counts.values()) > before:  # the description lists every target's runs
+            refresh_report_note(self.uri, self.client, rid, self.preset)
+
+    def sync(self, results: Path, plan=None) -> None:
+        self.results = results
+        models = results / "models"
+        for summary in sorted(models.glob("*/pretrain.json")) if models.is_dir() else []:
+            self.pretrain(summary.parent)
+        for info in sorted((results / "runs").glob("*/run.json")):
+            self.train(info.parent)
+        for path in sorted((results / "eval").glob("*/*.json")):
+            self.evaluation(path)
+        if plan is not None:
+            self.report(plan)
+
+
+def sync_main(argv: list[str] | None = None) -> int:
+    """`python -m rspo mlflow-sync --preset small`: record in the MLflow store what the preset's
+    result files hold and the store lacks (idempotent; prints what it wrote)."""
+    ap = argparse.ArgumentParser(prog="rspo mlflow-sync", description=sync_main.__doc__)
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
+    ap.add_argument("--results", default="", help="the preset's results folder (default: results/<preset>)")
+    ap.add_argument("--uri", default="", help="tracking URI (default: $MLFLOW_TRACKING_URI or sqlite under results/)")
+    args = ap.parse_args(argv)
+    from rspo.config import ConfigError
+    from rspo.plan import Plan
+
+    try:
+        name, experiment, uri = _preset_store(args.preset, args.uri)
+        plan = Plan.from_file(_preset_path(args.preset), None, full=True)
+    except (OSError, ConfigError) as e:
+        print(f"rspo mlflow-sync: {e}", file=sys.stderr)
+        return 2
+    results = Path(args.results) if args.results else REPO_ROOT / "results" / name
+    if not results.is_dir():
+        print(f"rspo mlflow-sync: no results folder {results}", file=sys.stderr)
+        return 2
+    if not args.uri and not os.environ.get("MLFLOW_TRACKING_URI") and args.results:
+        uri = default_tracking_uri(name, results)
+    net = Resilience("mlflow-sync")
+    syncer = net.call("the experiment", Syncer, uri, experiment, name)
+    if syncer is FAILED or net.call("the runs", syncer.sync, results, plan) is FAILED:
+        print(f"rspo mlflow-sync: the store {uri} could not be updated: {net.summary()}", file=sys.stderr)
+        return 1
+    for s in syncer.skipped:
+        warn(f"skipped {s}")
+    written = {k: v for k, v in syncer.counts.items() if v}  # empty: the store was complete
+    print(json.dumps({"tracking_uri": uri, "experiment": experiment, **written}))
+    return 0
