@@ -84,3 +84,101 @@ def test_run_measures_read_the_run_files(tmp_path):
     assert claims.steps_to_collapse(tmp_path / "final.json") == 41
     (tmp_path / "final.json").write_text(json.dumps({"collapsed": False, "collapse_step": None, "steps": 100}))
     assert claims.steps_to_collapse(tmp_path / "final.json") == 100
+
+
+# ---------------------------------------------------------------------------- the diagnosis of Sec. 3.3
+
+
+def _metrics_file(path, rows):
+    path.write_text("".join(json.dumps({"step": i + 1, **r}) + "\n" for i, r in enumerate(rows)))
+    return path
+
+
+def test_trend_measures_on_hand_made_series(tmp_path):
+    """γ falling by 0.0002 per step = 0.02 per 100 steps; the clip fraction rising by 0.0001 per
+    step = 1 point per 100 steps; ppo_kl whose last fifth swings twice as wide as its first fifth."""
+    n = 50
+    rows = []
+    for i in range(n):
+        wiggle = (1 if i % 2 else -1) * (2e-3 if i >= n - 10 else 1e-3)
+        rows.append(
+            {
+                "router/shift_ratio_mean": 1.0 - 2e-4 * i,
+                "router/shift_clipfrac": 1e-4 * i,
+                "actor/ppo_kl": 0.01 + wiggle,
+                "actor/pg_clipfrac": 0.02,
+            }
+        )
+    rows.insert(0, {"val/val/score": 0.5})  # a step-0 validation line is not a training step
+    f = tmp_path / "metrics.jsonl"
+    f.write_text(
+        json.dumps({"step": 0, "val/val/score": 0.5})
+        + "\n"
+        + "".join(json.dumps({"step": i + 1, **r}) + "\n" for i, r in enumerate(rows[1:]))
+    )
+    assert claims.trend_measure("gamma_fall", f) == pytest.approx(0.02)
+    assert claims.trend_measure("gclip_rise", f) == pytest.approx(1.0)
+    assert claims.trend_measure("kl_vol_growth", f) == pytest.approx(1.0)  # sd doubles: log2 2
+    assert claims.trend_measure("clip_vol_growth", f) == 0.0  # constant early and late: no growth
+    assert claims.volatility_growth([1.0, 2.0] * 10) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="at least 10"):
+        claims.trend_measure("gamma_fall", _metrics_file(tmp_path / "short.jsonl", rows[1:6]))
+
+
+def test_a_one_method_trend_takes_each_seed_as_the_effect():
+    c = Claim("gamma-falls", "γ falls", "Fig. 6", "gamma_fall", "grpo", "", margin=0.01)
+    assert c.effect_text == "γ fall per 100 steps: grpo"
+    row = effect_row(c, "stress", {"grpo": {0: 0.05, 1: 0.06, 2: 0.055}})
+    assert row.n == 3 and row.mean == pytest.approx(0.055) and row.verdict == SUPPORTED
+    flat = effect_row(c, "natural", {"grpo": {0: 0.001, 1: -0.001, 2: 0.0}})
+    assert flat.verdict == NOT_SUPPORTED  # the interval excludes a fall of 0.01 per 100 steps
+
+
+def test_the_diagnosis_claims_come_from_the_runs_metrics(tmp_path):
+    """Three GRPO seeds whose γ falls and ppo_kl swings wider late; the +RS runs (GRPO+RS, and
+    RSPO, which the plugin family brings as Fig. 6's pair) are calm: every diagnosis row says
+    supported."""
+    from rspo.plan import Plan
+
+    preset = {
+        "preset": "t",
+        "seeds": [0, 1, 2],
+        "rl": {"algorithm": {"gamma_min": 0.8}, "schedule": {"total_steps": 40}},
+        "grid": {"plugin": {"algos": ["grpo"], "router_shift": [False, True]}},
+    }
+    plan = Plan(preset)
+    runs = tmp_path / "runs"
+    for name, r in plan.runs.items():
+        (runs / name).mkdir(parents=True)
+        rows = []
+        for i in range(40):
+            swing = (1 if i % 2 else -1) * (1e-3 if r.router_shift else (4e-3 if i >= 32 else 1e-3))
+            rows.append(
+                {
+                    "router/shift_ratio_mean": 1.0 - (0.0 if r.router_shift else 1e-3) * i * (1 + 0.1 * r.seed),
+                    "router/shift_clipfrac": (0.0 if r.router_shift else 5e-4) * i,
+                    "actor/ppo_kl": 0.01 + swing,
+                    "actor/pg_clipfrac": 0.02 + swing,
+                }
+            )
+        _metrics_file(runs / name / "metrics.jsonl", rows)
+    got = {}
+    for claim in claims.paper_claims(0.8, 40):
+        if claim.measure not in claims.TREND_MEASURES:
+            continue
+        values = {
+            m: {
+                plan.runs[n].seed: claims.run_measure(claim.measure, n, eval_dir=tmp_path, runs_dir=runs, splits=[])
+                for n in plan.runs
+                if plan.runs[n].method == m
+            }
+            for m in (claim.treatment, claim.control)
+            if m
+        }
+        if all(values.values()):
+            got[claim.key] = effect_row(claim, "natural", values)
+    keys = {"gamma-falls", "gclip-rises", "kl-volatile", "clip-volatile", "rs-kl-vol", "rspo-kl-vol"}
+    assert set(got) == keys
+    for key in keys:
+        assert got[key].verdict == SUPPORTED, (key, got[key])
+    assert got["gamma-falls"].mean == pytest.approx(100 * 1e-3 * 1.1)

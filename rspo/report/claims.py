@@ -13,6 +13,22 @@ regime or the stress regime, see the preset) through one measure per run:
 - ``throughput``: RSPO / GMPO update throughput of the benchmark, one ratio per measured step
   pair (bench.json).
 
+The diagnosis of Sec. 3.3 (Fig. 6) is about how signals evolve during a run, so its measures come
+from the per-step metrics of metrics.jsonl (``TREND_MEASURES``):
+
+- ``gamma_fall``: how fast the per-step mean router-shift ratio falls: minus the least-squares
+  slope of ``router/shift_ratio_mean`` against the step, per 100 steps (> 0: γ falls);
+- ``gclip_rise``: how fast the router-shift clip fraction rises: the slope of
+  ``router/shift_clipfrac`` (share of tokens with γ < γmin), in points per 100 steps;
+- ``kl_vol_growth`` / ``clip_vol_growth``: whether ``actor/ppo_kl`` / ``actor/pg_clipfrac`` grow
+  more volatile: log2 of the standard deviation of the per-step values over the last fifth of the
+  run over that of the first fifth (at least 5 steps each; > 0: more volatile late);
+- ``kl_vol``: log2 of the standard deviation of per-step ``actor/ppo_kl`` over the whole run (its
+  paired difference is log2 of the ratio of two runs' volatilities).
+
+A claim about one method's trend (``control`` empty) takes the measure of each seed's run as the
+effect; the others are paired as above.
+
 The effect is the mean over seeds of the paired difference treatment - control (same seed), or
 for throughput the mean ratio minus the claim's threshold. The interval is Student's t
 (mean +- t(0.975, n-1) s / sqrt(n)); with n < 2 there is no interval.
@@ -20,8 +36,9 @@ for throughput the mean ratio minus the claim's threshold. The interval is Stude
 Verdict rule (``verdict``), fixed before any result was seen:
 - supported: the whole interval lies on the claimed side of zero (it excludes no effect);
 - not supported: the whole interval lies below the claim's margin, the smallest effect that
-  would matter (2 accuracy points; 5 % of the run for steps; 0 for throughput), so the data
-  exclude a material effect in the claimed direction;
+  would matter (2 accuracy points; 5 % of the run for steps; 0 for throughput; a γ fall of 0.01
+  per 100 steps; a clip-fraction rise of 0.5 points per 100 steps; a 25 % change of volatility,
+  log2 1.25 = 0.32), so the data exclude a material effect in the claimed direction;
 - inconclusive: anything else, including n < 2.
 """
 
@@ -35,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+VOL_MARGIN = round(math.log2(1.25), 2)  # a 25 % change of a signal's volatility
 RULE = (
     "Verdict rule: supported when the whole 95% CI of the effect lies on the claimed side of zero; "
     "not supported when the whole CI lies below the claim's margin (the smallest effect that would matter), "
@@ -93,9 +111,23 @@ class Claim:
     def effect_text(self) -> str:
         if self.measure == "throughput":
             return f"RSPO/GMPO throughput - {self.threshold:g}"
+        unit = UNITS[self.measure]
+        if not self.control:
+            return f"{unit}: {self.treatment}"
         a, b = (self.treatment, self.control) if self.sign > 0 else (self.control, self.treatment)
-        unit = {"acc": "acc. (pts)", "drop": "drop (pts)", "steps": "steps to collapse"}[self.measure]
         return f"{unit}: {a} - {b}"
+
+
+UNITS = {
+    "acc": "acc. (pts)",
+    "drop": "drop (pts)",
+    "steps": "steps to collapse",
+    "gamma_fall": "γ fall per 100 steps",
+    "gclip_rise": "γ-clip rise (pts / 100 steps)",
+    "kl_vol_growth": "log2 sd(ppo_kl) late / early",
+    "clip_vol_growth": "log2 sd(pg_clipfrac) late / early",
+    "kl_vol": "log2 sd(ppo_kl)",
+}
 
 
 @dataclass
@@ -113,6 +145,8 @@ def effect_row(claim: Claim, regime: str, values: dict[str, dict[int, float]]) -
     """values: method -> {seed: measure}; paired over the seeds both methods have."""
     if claim.measure == "throughput":
         diffs = [v - claim.threshold for v in values.get("throughput", {}).values()]
+    elif not claim.control:  # one method's trend: each seed's measure is the effect
+        diffs = [claim.sign * v for _, v in sorted(values.get(claim.treatment, {}).items())]
     else:
         t, c = values.get(claim.treatment, {}), values.get(claim.control, {})
         diffs = [claim.sign * (t[s] - c[s]) for s in sorted(set(t) & set(c))]
@@ -157,7 +191,66 @@ def steps_to_collapse(final_path: Path) -> float:
     return float(step if data.get("collapsed") and step is not None else data["steps"])
 
 
+TREND_MEASURES = ("gamma_fall", "gclip_rise", "kl_vol_growth", "clip_vol_growth", "kl_vol")
+MIN_TREND_STEPS = 10
+
+
+class TooShortError(ValueError):
+    """A run too short for a trend (the smoke preset's 2-step runs): its claim gets no row."""
+
+
+def _series(metrics_path: Path, key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of a per-step training metric (the last line wins for a repeated step)."""
+    by_step: dict[int, float] = {}
+    for line in Path(metrics_path).read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            v = rec.get(key)
+            if isinstance(v, (int, float)) and math.isfinite(v) and rec.get("step", 0) > 0:
+                by_step[int(rec["step"])] = float(v)
+    if len(by_step) < MIN_TREND_STEPS:
+        raise TooShortError(
+            f"{metrics_path}: {key} is logged on {len(by_step)} steps; a trend needs at least {MIN_TREND_STEPS}"
+        )
+    steps = sorted(by_step)
+    return [float(x) for x in steps], [by_step[x] for x in steps]
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys against xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def _log2_sd(values: list[float]) -> float:
+    sd = statistics.stdev(values)
+    return math.log2(sd) if sd > 0 else -60.0  # a constant signal: far below any real volatility
+
+
+def volatility_growth(values: list[float]) -> float:
+    """log2 of sd(last fifth) / sd(first fifth) of a per-step series (each part >= 5 steps)."""
+    k = max(5, len(values) // 5)
+    return _log2_sd(values[-k:]) - _log2_sd(values[:k])
+
+
+def trend_measure(measure: str, metrics_path: Path) -> float:
+    if measure == "gamma_fall":
+        return -100.0 * slope(*_series(metrics_path, "router/shift_ratio_mean"))
+    if measure == "gclip_rise":
+        return 100.0 * 100.0 * slope(*_series(metrics_path, "router/shift_clipfrac"))
+    if measure == "kl_vol_growth":
+        return volatility_growth(_series(metrics_path, "actor/ppo_kl")[1])
+    if measure == "clip_vol_growth":
+        return volatility_growth(_series(metrics_path, "actor/pg_clipfrac")[1])
+    if measure == "kl_vol":
+        return _log2_sd(_series(metrics_path, "actor/ppo_kl")[1])
+    raise ValueError(f"unknown measure {measure!r}")
+
+
 def run_measure(measure: str, run: str, *, eval_dir: Path, runs_dir: Path, splits: list[str]) -> float:
+    if measure in TREND_MEASURES:
+        return trend_measure(measure, runs_dir / run / "metrics.jsonl")
     if measure == "acc":
         return pooled_accuracy(eval_dir / run / "countdown.json", splits)
     if measure == "drop":
@@ -222,6 +315,60 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
             "grpo",
             "gmpo",
             margin=2.0,
+        ),
+        Claim(
+            "gamma-falls",
+            "Under GRPO the router-shift ratio γ falls over training",
+            "Sec. 3.3, Fig. 6 (top)",
+            "gamma_fall",
+            "grpo",
+            "",
+            margin=0.01,
+        ),
+        Claim(
+            "gclip-rises",
+            "Under GRPO the router-shift clip fraction rises over training",
+            "Sec. 3.3, Fig. 6 (top)",
+            "gclip_rise",
+            "grpo",
+            "",
+            margin=0.5,
+        ),
+        Claim(
+            "kl-volatile",
+            "Under GRPO ppo_kl grows more volatile as drift accumulates",
+            "Sec. 3.3, Fig. 6 (bottom)",
+            "kl_vol_growth",
+            "grpo",
+            "",
+            margin=VOL_MARGIN,
+        ),
+        Claim(
+            "clip-volatile",
+            "Under GRPO pg_clipfrac grows more volatile (bursty clipping)",
+            "Sec. 3.3, Fig. 6 (bottom)",
+            "clip_vol_growth",
+            "grpo",
+            "",
+            margin=VOL_MARGIN,
+        ),
+        Claim(
+            "rs-kl-vol",
+            "RS lowers the volatility of ppo_kl (GRPO+RS vs GRPO)",
+            "Sec. 5, Mechanism diagnostics, Fig. 6",
+            "kl_vol",
+            "grpo",
+            f"grpo-{rs}",
+            margin=VOL_MARGIN,
+        ),
+        Claim(
+            "rspo-kl-vol",
+            "RSPO's ppo_kl is less volatile than GRPO's (Fig. 6's pair)",
+            "Sec. 5, Mechanism diagnostics, Fig. 6",
+            "kl_vol",
+            "grpo",
+            f"gmpo-{rs}",
+            margin=VOL_MARGIN,
         ),
         Claim("rs-grpo", "RS stabilises GRPO as a plug-in", "Sec. 5.3, Fig. 4", "acc", f"grpo-{rs}", "grpo", 2.0),
         Claim("rs-gspo", "RS stabilises GSPO as a plug-in", "Sec. 5.3, Fig. 4", "acc", f"gspo-{rs}", "gspo", 2.0),
@@ -293,15 +440,18 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
             if claim.measure == "throughput":
                 continue
             values: dict[str, dict[int, float]] = {}
-            for method in (claim.treatment, claim.control):
-                names = [n for n, r in plan.runs.items() if r.task == "countdown" and r.method == prefix + method]
-                values[method] = {
-                    plan.runs[n].seed: run_measure(
-                        claim.measure, n, eval_dir=Path(eval_dir), runs_dir=Path(runs_dir), splits=splits
-                    )
-                    for n in names
-                }
-            if values[claim.treatment] and values[claim.control]:
+            try:
+                for method in [m for m in (claim.treatment, claim.control) if m]:
+                    names = [n for n, r in plan.runs.items() if r.task == "countdown" and r.method == prefix + method]
+                    values[method] = {
+                        plan.runs[n].seed: run_measure(
+                            claim.measure, n, eval_dir=Path(eval_dir), runs_dir=Path(runs_dir), splits=splits
+                        )
+                        for n in names
+                    }
+            except TooShortError:
+                continue
+            if all(values.values()):
                 rows.append(effect_row(claim, regime, values))
     if bench_file is not None:
         data = json.loads(Path(bench_file).read_text())
@@ -330,7 +480,10 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         + " and ".join(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
         + " pooled (points); drop = best-to-final fall of the periodic validation score (points); steps = steps to "
         "collapse (collapse detector), runs that never collapse count with their full length; throughput = "
-        "RSPO/GMPO update tokens/s per benchmark step.",
+        "RSPO/GMPO update tokens/s per benchmark step; γ fall / γ-clip rise = least-squares slope of the per-step "
+        "mean γ (sign flipped) / of the share of tokens under γmin, per 100 steps; volatility = standard deviation "
+        "of the per-step values, late / early = last fifth of the run over the first fifth (rspo/report/claims.py). "
+        "A one-method effect (no minus sign) is the measure of each seed's run.",
         "n = seeds with both runs (benchmark: measured steps). Regimes: natural = the preset's rl section"
         + (
             f"; stress = the same with the overlay {json.dumps(stress)} (drift as the controlled variable, "
