@@ -1,7 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
 #   make main   -> installs .venv, runs the small Countdown preset end to end (tables + figures)
 #   make test   -> installs .venv, runs the test suite (what CI runs: .ci/run)
-# and while working: make test-fast (the suite without the slow and slurm tests), make lint.
+# and: make figures (every committed table and figure from the shipped run archive, no training),
+# make mlflow-ui (the study's runs in MLflow, from the archive right after a clone), make test-fast
+# (the suite without the slow and slurm tests), make lint.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 PRESET ?= small
 CORES ?= all
 
-.PHONY: venv sandbox test test-fast main main-full smoke bench lint mlflow-ui clean-venv
+.PHONY: venv sandbox test test-fast main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -40,6 +42,14 @@ main: venv sandbox
 main-full: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) full=true
 
+# Every table and figure of docs/results/$(PRESET) rebuilt from its shipped run archive
+# (docs/results/$(PRESET)/archive.json + runs.tar.xz) into results/$(PRESET)/: no pretrain, train or
+# evaluate job (rspo/archive.py). ARCHIVE=docs/results/small-full FULL=true for the whole grid.
+ARCHIVE ?= docs/results/$(PRESET)
+FULL ?= false
+figures: venv
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) archive=$(ARCHIVE) full=$(FULL)
+
 smoke: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=smoke
 
@@ -58,9 +68,17 @@ lint: venv
 	$(BIN)/snakefmt --check .
 	$(BIN)/snakemake --lint
 
-# mlflow ui on results/$(PRESET)/mlflow/mlflow.db; prints the address of the runs table
+# mlflow ui on results/$(PRESET)/mlflow/mlflow.db; prints the address of the runs table. Right
+# after a clone (no results/$(PRESET)/runs yet) the shipped run archive is loaded first: make figures,
+# then mlflow-sync records every run, evaluation and the report run in the store.
 mlflow-ui: venv
+	test -d results/$(PRESET)/runs || $(MAKE) figures
+	$(BIN)/python -m rspo mlflow-sync --preset $(PRESET)
 	$(BIN)/python -m rspo mlflow-ui --preset $(PRESET)
+
+# the README's result tables from the committed table files (tests/test_readme.py checks them)
+readme-tables: venv
+	$(BIN)/python scripts/readme_tables.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -22,10 +22,22 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
-include: "workflow/rules/pretrain.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/evaluate.smk"
+
+
+# `--config archive=DIR`: the run files come from a run archive; no data, pretrain, train or
+# evaluate job exists, the report targets build from the unpacked files (rspo/archive.py).
+if ARCHIVE:
+
+    include: "workflow/rules/archive.smk"
+
+else:
+
+    include: "workflow/rules/data.smk"
+    include: "workflow/rules/pretrain.smk"
+    include: "workflow/rules/train.smk"
+    include: "workflow/rules/evaluate.smk"
+
+
 include: "workflow/rules/report.smk"
 
 

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "bench": "rspo.bench:main",
     "speed": "rspo.speed:main",
     "sweep": "rspo.sweep:main",
+    "archive": "rspo.archive:main",
     "mlflow-init": "rspo.mlflow_commands:init_main",
     "mlflow-sync": "rspo.mlflow_commands:sync_main",
     "mlflow-ui": "rspo.mlflow_commands:ui_main",
@@ -40,6 +41,7 @@ commands:
   bench        throughput / memory benchmark (prints a table + one JSON line)
   speed        RL step vs TRL's GRPOTrainer, plain training and generate (needs the bench extra)
   sweep        run regime-choosing trials from a sweep file and write the trial table
+  archive      pack a preset's run files into a checksummed archive, check or unpack one
   mlflow-init  create the MLflow store and experiment once, before jobs start
   mlflow-sync  record in the MLflow store what the result files hold and the store lacks
   mlflow-ui    `mlflow ui` on a preset's store; prints the address of its runs table

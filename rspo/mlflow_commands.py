@@ -44,7 +44,9 @@ from rspo.tracking import (
     eval_run_key,
     eval_run_name,
     experiment_url,
+    file_dataset,
     log_dataset_inputs,
+    recorded_dataset,
     refresh_report_note,
     report_run,
     source_tags,
@@ -188,6 +190,17 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
+def _relative_to(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` when inside it (also for the relative paths jobs record)."""
+    for base in (Path.cwd(), REPO_ROOT):
+        p = path if path.is_absolute() else base / path
+        try:
+            return str(p.resolve().relative_to(root.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
 def _mtime_ms(path: Path) -> int | None:
     return int(path.stat().st_mtime * 1000) if path.exists() else None
 
@@ -207,6 +220,9 @@ class Syncer:
         self.exp_id = ensure_experiment(uri, experiment)
         self.counts: Counter[str] = Counter()
         self.skipped: list[str] = []
+        self.results = REPO_ROOT / "results" / preset
+        self.archived_data: dict[str, dict[str, Any]] = {}
+        self.archived_mtimes: dict[str, float] = {}
         self.runs = self.client.search_runs([self.exp_id], max_results=50000, order_by=["attributes.start_time DESC"])
 
     # -- finding or creating the MLflow run of a file set
@@ -258,9 +274,9 @@ class Syncer:
         if new_tags:
             self.client.log_batch(rid, tags=new_tags)
         self.counts["tags"] += len(new_tags)
-        files = [(p, c) for p, c in (datasets or []) if Path(p).is_file()]
-        if files:
-            self.counts["dataset inputs"] += log_dataset_inputs(self.client, rid, files)
+        found = [(d, c) for d, c in ((self._dataset(p), c) for p, c in (datasets or [])) if d is not None]
+        if found:
+            self.counts["dataset inputs"] += log_dataset_inputs(self.client, rid, found)
         self.counts["metric points"] += self._metrics(run, metrics or [])
         for path, folder in artifacts or []:
             self._artifact(rid, path, folder)
@@ -302,6 +318,20 @@ class Syncer:
         self.client.log_artifact(rid, str(path), folder)
         self.counts["artifacts"] += 1
 
+    def _dataset(self, path: Path):
+        """The dataset of a data file: the file itself, or the record a run archive kept of it."""
+        path = Path(path)
+        if path.is_file():
+            return file_dataset(path)
+        rel = _relative_to(path, self.results)
+        record = self.archived_data.get(rel) or self.archived_data.get(str(path))
+        return recorded_dataset(record, self.results / rel) if record else None
+
+    def _time_ms(self, path: Path) -> int | None:
+        """When a job wrote a file: the run archive's record of it, else the file's mtime."""
+        mtime = self.archived_mtimes.get(_relative_to(path, self.results))
+        return int(mtime * 1000) if mtime else _mtime_ms(path)
+
     # -- the kinds of result files
 
     def pretrain(self, model_dir: Path) -> None:
@@ -313,7 +343,7 @@ class Syncer:
         tags = {"kind": "pretrain", "task": task, "preset": self.preset, "rspo.key": key}
         work = model_dir.with_name(model_dir.name + ".work")
         run = self.find(key, name, "pretrain") or self.create(
-            name, {**source_tags("rspo pretrain"), **tags}, _mtime_ms(work / "metrics.jsonl")
+            name, {**source_tags("rspo pretrain"), **tags}, self._time_ms(work / "metrics.jsonl")
         )
         rows = _read_jsonl(work / "metrics.jsonl")
         last = max((r["step"] for r in rows), default=summary.get("steps", 0))
@@ -325,7 +355,7 @@ class Syncer:
             tags=tags,
             datasets=[(data / "train.jsonl", "training"), (data / "val.jsonl", "validation")],
             metrics=rows,
-            finished_ms=_mtime_ms(model_dir / "pretrain.json"),
+            finished_ms=self._time_ms(model_dir / "pretrain.json"),
         )
 
     def train(self, folder: Path) -> None:
@@ -347,7 +377,7 @@ class Syncer:
             if final is None:
                 self.skipped.append(f"{folder} (no final.json: running or killed; no MLflow run to fill)")
                 return
-            run = self.create(name, {**source_tags("rspo train"), **tags}, _mtime_ms(folder / "config.json"))
+            run = self.create(name, {**source_tags("rspo train"), **tags}, self._time_ms(folder / "config.json"))
         data = config.get("data") or {}
         datasets = [(Path(data.get("train_path", "")), "training")]
         datasets += [(Path(p), "validation") for p in (data.get("val_paths") or {}).values()]
@@ -358,7 +388,7 @@ class Syncer:
             datasets=[(p, c) for p, c in datasets if str(p) not in ("", ".")],
             metrics=_read_jsonl(folder / "metrics.jsonl"),
             artifacts=[(folder / "config.json", None), (final_path, None)],
-            finished_ms=_mtime_ms(final_path) if final else None,
+            finished_ms=self._time_ms(final_path) if final else None,
         )
 
     def evaluation(self, path: Path) -> None:
@@ -368,7 +398,7 @@ class Syncer:
         key, name = eval_run_key(family, model), eval_run_name(family, model)
         tags = {"kind": "eval", "family": family, "model": model, "preset": self.preset, "rspo.key": key}
         run = self.find(key, name, "eval") or self.create(
-            name, {**source_tags(f"rspo evaluate {family}"), **tags}, _mtime_ms(path)
+            name, {**source_tags(f"rspo evaluate {family}"), **tags}, self._time_ms(path)
         )
         metrics: dict[str, float] = {}
         datasets: list[tuple[Path, str]] = []
@@ -381,7 +411,9 @@ class Syncer:
                 metrics[f"eval/{family}/{bench}/pass_at_1"] = r["pass@1"]
             if "average" in result:
                 metrics[f"eval/{family}/average"] = result["average"]
-        self.ensure(run, tags=tags, datasets=datasets, metrics=[{"step": 0, **metrics}], finished_ms=_mtime_ms(path))
+        self.ensure(
+            run, tags=tags, datasets=datasets, metrics=[{"step": 0, **metrics}], finished_ms=self._time_ms(path)
+        )
 
     def report(self, plan) -> None:
         from rspo.plan import FIGURES, TABLES
@@ -414,6 +446,10 @@ class Syncer:
 
     def sync(self, results: Path, plan=None) -> None:
         self.results = results
+        archived = results / "archive.json"  # the run files came from a run archive (rspo.archive)
+        manifest = json.loads(archived.read_text()) if archived.is_file() else {}
+        self.archived_data = manifest.get("datasets") or {}
+        self.archived_mtimes = {m["path"]: m.get("mtime") for m in manifest.get("members") or []}
         models = results / "models"
         for summary in sorted(models.glob("*/pretrain.json")) if models.is_dir() else []:
             self.pretrain(summary.parent)

@@ -389,6 +389,27 @@ def _method_label(run: Run, default_gamma: float) -> str:
     return label + (f", {', '.join(extra)}" if extra else "")
 
 
+# Preset sections a kind of job never reads for its outputs. Each job carries a digest of the
+# rest (``preset_digest``), so Snakemake reruns what an edit can change and nothing else; a run
+# archive records the report kind's digest (rspo.archive).
+NOT_READ: dict[str, set[str]] = {
+    "data": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "pretrain": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "evaluate": {"grid", "resources", "mlflow", "seeds", "threads"},
+    "bench": {"grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "report": {"resources", "mlflow", "threads"},
+}
+
+
+def preset_digest(preset: dict[str, Any], kind: str) -> str:
+    """sha256 (16 hex digits) of the preset sections jobs of ``kind`` read."""
+    import hashlib
+    import json
+
+    kept = {k: v for k, v in sorted(preset.items()) if k not in NOT_READ[kind]}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class Plan:
     """The runs and targets of one preset (optionally with the seeds overridden)."""
 

@@ -190,13 +190,21 @@ def file_dataset(path: str | Path, name: str | None = None):
     Name ``<folder>/<stem>`` (``countdown/train``), digest = the first 10 hex digits of the
     sha256 of the file's bytes, source = the file (type ``local``), profile = rows (lines), bytes
     and the full sha256."""
-    from mlflow.data.dataset_source_registry import get_dataset_source_from_json
-    from mlflow.data.meta_dataset import MetaDataset
-
     p = Path(path).resolve()
     st = p.stat()
     sha, rows = _file_digest(str(p), st.st_size, st.st_mtime_ns)
-    profile = json.dumps({"num_rows": rows, "bytes": st.st_size, "sha256": sha})
+    return recorded_dataset(
+        {"name": name or f"{p.parent.name}/{p.stem}", "num_rows": rows, "bytes": st.st_size, "sha256": sha}, p
+    )
+
+
+def recorded_dataset(record: dict[str, Any], uri: str | Path):
+    """The dataset of ``file_dataset`` from a record of it (name, num_rows, bytes, sha256), for a
+    file that is not on this machine (a run archive lists the data its runs used)."""
+    from mlflow.data.dataset_source_registry import get_dataset_source_from_json
+    from mlflow.data.meta_dataset import MetaDataset
+
+    profile = json.dumps({k: record[k] for k in ("num_rows", "bytes", "sha256")})
 
     class FileDataset(MetaDataset):
         @property
@@ -206,8 +214,8 @@ def file_dataset(path: str | Path, name: str | None = None):
         def to_dict(self) -> dict[str, str]:
             return {**super().to_dict(), "profile": profile}
 
-    source = get_dataset_source_from_json(json.dumps({"uri": str(p)}), "local")
-    return FileDataset(source, name=name or f"{p.parent.name}/{p.stem}", digest=sha[:10])
+    source = get_dataset_source_from_json(json.dumps({"uri": str(uri)}), "local")
+    return FileDataset(source, name=record["name"], digest=record["sha256"][:10])
 
 
 def package_versions() -> dict[str, str]:
@@ -545,9 +553,10 @@ class Tracker:
             )
 
 
-def log_dataset_inputs(client, run_id: str, files: Iterable[tuple[str | Path, str]]) -> int:
-    """Link data files to a run as dataset inputs (skipping those already linked with the same
-    digest and context); -> the number linked now."""
+def log_dataset_inputs(client, run_id: str, files: Iterable[tuple[Any, str]]) -> int:
+    """Link data files to a run as dataset inputs, ``[(file or dataset, context), ...]`` (a path
+    is described by ``file_dataset``), skipping those already linked with the same digest and
+    context; -> the number linked now."""
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
@@ -556,8 +565,8 @@ def log_dataset_inputs(client, run_id: str, files: Iterable[tuple[str | Path, st
         for d in client.get_run(run_id).inputs.dataset_inputs
     }
     inputs = []
-    for path, context in files:
-        ds = file_dataset(path)
+    for item, context in files:
+        ds = file_dataset(item) if isinstance(item, (str, Path)) else item
         tags = [InputTag(MLFLOW_DATASET_CONTEXT, context)]
         if (ds.name, ds.digest, ((MLFLOW_DATASET_CONTEXT, context),)) in have:
             continue

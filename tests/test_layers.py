@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.speed",
             "rspo.sweep",
             "rspo.mlflow_commands",
+            "rspo.archive",
         ],
     ),
     ("the command dispatcher", ["rspo.cli", "rspo.__main__"]),

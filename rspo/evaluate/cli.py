@@ -124,6 +124,7 @@ def evaluate_countdown(
         out["splits"][split] = {
             "accuracy": sum(per_problem) / len(per_problem),
             "n": len(records),
+            "scores": [round(x, 6) for x in per_problem],  # per problem, in split order (paired analyses)
             "reasons": reason_counts(scored),
             "samples": [
                 {"prompt": prompts[i], "completion": flat[i * n], "score": scored[i * n][0], "reason": scored[i * n][1]}

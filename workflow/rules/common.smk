@@ -12,6 +12,7 @@ from snakemake.exceptions import WorkflowError
 
 from rspo import config as rcfg
 from rspo.plan import FIGURES, NEEDS, TABLES, Plan, load_train_config, validate_preset
+from rspo.plan import preset_digest as plan_preset_digest
 
 ROOT = Path(workflow.basedir)
 
@@ -34,16 +35,27 @@ def _load_plan():
                 f"{path}: preset: {preset['preset']!r} must equal the file name {stem!r} "
                 f"(results go to results/<preset>/)"
             )
+        manifest = None
+        if config.get("archive"):
+            from rspo.archive import ArchiveError, read_manifest
+
+            try:
+                manifest = read_manifest(config["archive"], preset)
+            except ArchiveError as e:
+                raise WorkflowError(f"invalid archive: {e}") from None
         seeds = config.get("seeds")
-        full = str(config.get("full", False)).lower() == "true"
+        full = str(config.get("full", manifest["full"] if manifest else False)).lower() == "true"
         plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full)
         plan.check(path)
     except (rcfg.ConfigError, FileNotFoundError) as e:
         raise WorkflowError(f"invalid preset: {e}") from None
-    return path, plan
+    return path, plan, manifest
 
 
-PRESET_FILE, PLAN = _load_plan()
+PRESET_FILE, PLAN, ARCHIVE_MANIFEST = _load_plan()
+# Archive mode (`--config archive=DIR`): the run files come from a run archive (rspo.archive) and
+# only the report rules run; workflow/rules/archive.smk replaces data, pretrain, train, evaluate.
+ARCHIVE = str(config.get("archive") or "")
 P = PLAN.name
 R = f"results/{P}"
 # Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole grid.
@@ -72,22 +84,9 @@ ENV_TORCH = "../../envs/gpu.yaml" if PLAN.uses_gpu else ENV_CPU
 # whole DAG, pretraining included). Each job carries instead, as a param, a digest of what its
 # outputs can depend on; Snakemake reruns a job whose params changed. Train jobs: the
 # fingerprint of the run's resolved TrainConfig. Other kinds: every preset section except
-# those listed here, which the kind's command never reads for its outputs.
-_NOT_READ = {
-    "data": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
-    "pretrain": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
-    "evaluate": {"grid", "resources", "mlflow", "seeds", "threads"},
-    "bench": {"grid", "eval", "resources", "mlflow", "seeds", "threads"},
-    "report": {"resources", "mlflow", "threads"},
-}
-
-
+# those its command never reads (rspo.plan.NOT_READ).
 def preset_digest(kind):
-    import hashlib
-    import json
-
-    kept = {k: v for k, v in sorted(PLAN.preset.items()) if k not in _NOT_READ[kind]}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return plan_preset_digest(PLAN.preset, kind)
 
 
 _FINGERPRINTS = {}
@@ -206,6 +205,19 @@ def need(target):
             f"{target} is not built by preset {P!r}: it needs {NEEDS[target]} "
             f"(this preset builds: {', '.join(PLAN.targets())}){hint}"
         )
+    if ARCHIVE_MANIFEST is not None:
+        runs = (
+            PLAN.figure_runs(target)
+            if target in FIGURES
+            else [r for rs in PLAN.table_runs(target).values() for r in rs]
+        )
+        missing = [r for r in runs if r not in ARCHIVE_MANIFEST["runs"]]
+        if missing:
+            raise WorkflowError(
+                f"{target} needs runs that the archive {ARCHIVE} does not hold: {', '.join(missing)} "
+                f"(it holds {len(ARCHIVE_MANIFEST['runs'])} runs of preset {P}; --config full=true asks for "
+                "the whole grid, which only an archive packed with --full has)"
+            )
 
 
 def figure_inputs(fig):

@@ -1,0 +1,311 @@
+"""`python -m rspo archive pack|unpack|verify`: a preset's run files as a compact, checksummed archive.
+
+An archive lets someone without the compute (or a colleague without a GPU) rebuild every table and
+figure of a study and browse its runs in MLflow, from exactly the files the report rules read:
+
+- ``runs/<run>/{metrics.jsonl, config.json, run.json, final.json}`` of every RL run (the per-step
+  metrics, the resolved config, the run's identity and summary);
+- ``eval/<model>/<task>.json`` of every evaluation (per-split accuracy and the per-problem scores);
+- ``bench.json`` and ``speed.json`` when the study made them;
+- ``models/<base>/{pretrain.json, rspo_meta.json}`` and ``models/<base>.work/metrics.jsonl`` of each
+  pretrained base (its MLflow run; no weights);
+- ``trials.jsonl``, the regime trials, when given (``--trials``).
+
+Layout of an archive folder ``DIR``: ``DIR/archive.json`` (the manifest) and ``DIR/runs.tar.xz``
+(the files, paths relative to ``results/<preset>/``). The manifest holds the format and its
+version, the preset's name and digest (rspo.plan ``preset_digest``: every section the report
+rules read), the git commit that packed it, the runs and evaluations it holds, and per file its
+path, rows (lines), bytes and sha256, plus the data files the runs used (name, rows, sha256:
+what MLflow's dataset inputs record; the data themselves are not shipped, ``rspo generate``
+rebuilds them).
+
+``unpack`` checks everything before it writes anything: the format and version, that the archive
+is of this preset (name and digest), the bundle's sha256, and each member's sha256 and rows; then
+it writes the members into ``results/<preset>/`` (a file already there with other content is
+refused, nothing is overwritten) and ``results/<preset>/archive.json``. Under Snakemake the switch
+``--config archive=DIR`` does this as its only job (rule ``unpack_archive``) and builds the report
+targets without planning any pretrain, train or evaluate job (workflow/rules/common.smk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT = "rspo-run-archive"
+VERSION = 1
+MANIFEST = "archive.json"
+BUNDLE = "runs.tar.xz"
+RUN_FILES = ("metrics.jsonl", "config.json", "run.json", "final.json")
+OPTIONAL_TOP = ("bench.json", "speed.json")
+
+
+class ArchiveError(ValueError):
+    pass
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _rows(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+# ---------------------------------------------------------------------------- pack
+
+
+def members_of(plan, results: Path, trials: Path | None = None) -> dict[str, Path]:
+    """Archive path -> file, for everything the report rules and ``mlflow-sync`` read of ``plan``."""
+    out: dict[str, Path] = {}
+    missing: list[str] = []
+
+    def add(rel: str, required: bool = True) -> None:
+        path = results / rel
+        if path.is_file():
+            out[rel] = path
+        elif required:
+            missing.append(rel)
+
+    for name in plan.runs:
+        for f in RUN_FILES:
+            add(f"runs/{name}/{f}")
+    for task in plan.tasks:
+        for name in ["base", *plan.runs_of_task(task)]:
+            add(f"eval/{name}/{task}.json", required=(task == "countdown") or bool(plan.main_tasks))
+        if not plan.hub_model(task):
+            base = plan.base_dir(task)
+            for rel in (f"models/{base}/pretrain.json", f"models/{base}/rspo_meta.json"):
+                add(rel)
+            add(f"models/{base}.work/metrics.jsonl", required=False)
+    for f in OPTIONAL_TOP:
+        add(f, required=(f == "bench.json" and plan.available("table_efficiency")))
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" (and {len(missing) - 8} more)" if len(missing) > 8 else "")
+        raise ArchiveError(f"{results}: the preset's run files are incomplete, missing {shown}")
+    if trials is not None:
+        if not trials.is_file():
+            raise ArchiveError(f"--trials {trials}: no such file")
+        out["trials.jsonl"] = trials
+    return out
+
+
+def _datasets(members: dict[str, Path], results: Path) -> dict[str, dict[str, Any]]:
+    """The data files the runs and evaluations used: what MLflow's dataset inputs record."""
+    from rspo.mlflow_commands import _relative_to
+    from rspo.tracking import REPO_ROOT, file_dataset
+
+    paths: set[str] = set()
+    for rel, path in members.items():
+        if rel.endswith("/config.json"):
+            data = json.loads(path.read_text()).get("data") or {}
+            paths.add(data.get("train_path", ""))
+            paths.update((data.get("val_paths") or {}).values())
+        elif rel.startswith("eval/") and rel.endswith("/countdown.json"):
+            for split in json.loads(path.read_text()).get("splits") or {}:
+                paths.add(str(results / "data" / "countdown" / f"{split}.jsonl"))
+    out = {}
+    for p in sorted(x for x in paths if x):
+        f = Path(p) if Path(p).is_absolute() or Path(p).is_file() else REPO_ROOT / p
+        if not f.is_file():
+            continue
+        ds = file_dataset(f)
+        rel = _relative_to(f, results)
+        out[rel] = {"name": ds.name, "digest": ds.digest, **json.loads(ds.profile)}
+    return out
+
+
+def pack(plan, results: str | Path, out: str | Path, trials: str | Path | None = None) -> dict[str, Any]:
+    """Write ``out/archive.json`` and ``out/runs.tar.xz`` from ``results`` (results/<preset>)."""
+    from rspo.plan import preset_digest
+    from rspo.tracking import git_commit
+
+    results = Path(results)
+    members = members_of(plan, results, Path(trials) if trials else None)
+    entries = []
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=9) as tar:
+        for rel in sorted(members):
+            data = members[rel].read_bytes()
+            mtime = int(members[rel].stat().st_mtime)  # when the job wrote it (mlflow-sync's run times)
+            entries.append(
+                {"path": rel, "rows": _rows(data), "bytes": len(data), "sha256": _sha256(data), "mtime": mtime}
+            )
+            info = tarfile.TarInfo(rel)
+            info.size, info.mtime, info.mode = len(data), mtime, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    bundle = buf.getvalue()
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "preset": plan.name,
+        "preset_digest": preset_digest(plan.preset, "report"),
+        "full": plan.full,
+        "seeds": plan.seeds,
+        "git_commit": git_commit(),
+        "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": sorted(plan.runs),
+        "evals": sorted(
+            e["path"].removeprefix("eval/").removesuffix(".json") for e in entries if e["path"].startswith("eval/")
+        ),
+        "bundle": {"file": BUNDLE, "bytes": len(bundle), "sha256": _sha256(bundle)},
+        "members": entries,
+        "datasets": _datasets(members, results),
+    }
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / BUNDLE).write_bytes(bundle)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+# ---------------------------------------------------------------------------- read and check
+
+
+def read_manifest(archive: str | Path, preset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest of an archive folder, checked against the format and (if given) the preset."""
+    from rspo.plan import preset_digest
+
+    path = Path(archive) / MANIFEST
+    if not path.is_file():
+        raise ArchiveError(f"{archive}: not a run archive (no {MANIFEST})")
+    try:
+        m = json.loads(path.read_text())
+    except ValueError as e:
+        raise ArchiveError(f"{path}: unreadable manifest ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise ArchiveError(
+            f"{path}: not an rspo run archive (format {m.get('format') if isinstance(m, dict) else m!r})"
+        )
+    if m.get("version") != VERSION:
+        raise ArchiveError(
+            f"{path}: archive format version {m.get('version')!r}; this version of rspo reads version {VERSION}"
+        )
+    for key in ("preset", "preset_digest", "members", "bundle", "runs"):
+        if key not in m:
+            raise ArchiveError(f"{path}: manifest has no {key!r}")
+    if preset is not None:
+        name = str(preset.get("preset", ""))
+        if m["preset"] != name:
+            raise ArchiveError(f"{archive} is an archive of preset {m['preset']!r}, not of {name!r}")
+        digest = preset_digest(preset, "report")
+        if m["preset_digest"] != digest:
+            raise ArchiveError(
+                f"{archive} was packed from another version of preset {name!r} (digest {m['preset_digest']}, "
+                f"configs/{name}.yaml now {digest}): its runs do not belong to the preset as it is"
+            )
+    return m
+
+
+def missing_runs(manifest: dict[str, Any], runs: list[str]) -> list[str]:
+    have = set(manifest["runs"])
+    return [r for r in runs if r not in have]
+
+
+def _checked_members(archive: Path, m: dict[str, Any]) -> dict[str, bytes]:
+    """Every member's bytes, after checking the bundle and each member against the manifest."""
+    bundle_path = archive / m["bundle"]["file"]
+    if not bundle_path.is_file():
+        raise ArchiveError(f"{archive}: the bundle {m['bundle']['file']} is missing")
+    bundle = bundle_path.read_bytes()
+    if _sha256(bundle) != m["bundle"]["sha256"]:
+        raise ArchiveError(f"{bundle_path}: sha256 does not match the manifest (damaged or replaced)")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:xz") as tar:
+            files = {}
+            for info in tar.getmembers():
+                if not info.isfile() or info.name.startswith("/") or ".." in Path(info.name).parts:
+                    raise ArchiveError(f"{bundle_path}: unexpected member {info.name!r}")
+                files[info.name] = tar.extractfile(info).read()
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise ArchiveError(f"{bundle_path}: unreadable ({e})") from None
+    for entry in m["members"]:
+        rel = entry["path"]
+        if rel not in files:
+            raise ArchiveError(f"{archive}: member {rel} is listed in the manifest but missing from the bundle")
+        data = files[rel]
+        if _sha256(data) != entry["sha256"]:
+            raise ArchiveError(f"{archive}: member {rel} is corrupt (sha256 does not match the manifest)")
+        if _rows(data) != entry["rows"]:
+            raise ArchiveError(f"{archive}: member {rel} has {_rows(data)} rows, the manifest says {entry['rows']}")
+    extra = sorted(set(files) - {e["path"] for e in m["members"]})
+    if extra:
+        raise ArchiveError(f"{archive}: the bundle holds files the manifest does not list: {extra[:5]}")
+    return {e["path"]: files[e["path"]] for e in m["members"]}
+
+
+def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dict[str, Any]:
+    """Check the archive, then write its members into ``into`` (results/<preset>) and the
+    manifest as ``into/archive.json``; -> the manifest. Nothing is written unless every check
+    passes; a file already there with other content is refused (delete it, or unpack elsewhere)."""
+    archive, into = Path(archive), Path(into)
+    m = read_manifest(archive, preset)
+    files = _checked_members(archive, m)
+    clash = [rel for rel, data in files.items() if (into / rel).is_file() and (into / rel).read_bytes() != data]
+    if clash:
+        raise ArchiveError(
+            f"{into} already holds other versions of {len(clash)} archive files ({', '.join(clash[:4])}...): "
+            "results of another run; move them away or unpack into another folder"
+        )
+    for rel, data in files.items():
+        dst = into / rel
+        if dst.is_file():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.unpacking")
+        tmp.write_bytes(data)
+        tmp.rename(dst)  # a member exists whole or not at all
+    (into / MANIFEST).write_text(json.dumps({**m, "source": str(archive.resolve())}, indent=1) + "\n")
+    return m
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rspo archive", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack", help="write DIR/archive.json and DIR/runs.tar.xz from results/<preset>")
+    p.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
+    p.add_argument("--out", required=True, help="archive folder")
+    p.add_argument("--results", default="", help="results folder (default: results/<preset>)")
+    p.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
+    p.add_argument("--trials", default="", help="also ship this trials.jsonl")
+    u = sub.add_parser("unpack", help="check an archive and write its files into results/<preset>")
+    u.add_argument("archive", help="archive folder (holding archive.json)")
+    u.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
+    u.add_argument("--into", default="", help="results folder (default: results/<preset>)")
+    v = sub.add_parser("verify", help="check an archive against the preset without writing anything")
+    v.add_argument("archive")
+    v.add_argument("--preset", required=True)
+    args = ap.parse_args(argv)
+    from rspo.config import ConfigError
+    from rspo.mlflow_commands import _preset_path
+    from rspo.plan import Plan
+    from rspo.tracking import REPO_ROOT
+
+    try:
+        plan = Plan.from_file(_preset_path(args.preset), None, full=getattr(args, "full", False))
+        results = REPO_ROOT / "results" / plan.name
+        if args.cmd == "pack":
+            m = pack(plan, Path(args.results) if args.results else results, args.out, args.trials or None)
+            size = m["bundle"]["bytes"]
+            print(json.dumps({"archive": args.out, "runs": len(m["runs"]), "files": len(m["members"]), "bytes": size}))
+        elif args.cmd == "unpack":
+            m = unpack(args.archive, plan.preset, Path(args.into) if args.into else results)
+            print(json.dumps({"unpacked": len(m["members"]), "into": str(Path(args.into) if args.into else results)}))
+        else:
+            m = read_manifest(args.archive, plan.preset)
+            _checked_members(Path(args.archive), m)
+            print(json.dumps({"archive": args.archive, "ok": True, "runs": len(m["runs"])}))
+    except (ArchiveError, ConfigError, OSError) as e:
+        print(f"rspo archive: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,206 @@
+"""rspo.archive: pack a preset's run files, check and unpack them (identical bytes), refuse every kind
+of bad archive with a message naming the problem and without writing anything, and build the
+report targets from an archive under Snakemake without planning any pretrain, train or evaluate job."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_report import write_fake_results
+from test_workflow import job_counts, make_workspace, snakemake
+
+from rspo.archive import ArchiveError, main, pack, read_manifest, unpack
+from rspo.plan import Plan, load_train_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "configs" / "smoke.yaml"
+
+
+def write_results(res: Path, plan: Plan) -> None:
+    """The fake run files of tests/test_report.py plus what a real run folder also holds."""
+    write_fake_results(res, plan)
+    for name in plan.runs:
+        (res / "runs" / name / "config.json").write_text(json.dumps(load_train_config(SMOKE, name).to_dict()))
+    for task in plan.tasks:
+        if not plan.hub_model(task):
+            d = res / "models" / plan.base_dir(task)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "pretrain.json").write_text(json.dumps({"task": task, "steps": 3, "wall_time_s": 1.0}))
+            (d / "rspo_meta.json").write_text(json.dumps({"task": task, "pretrain": {"examples": 10}}))
+    (res / "data" / "countdown").mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val", "val_target"):
+        (res / "data" / "countdown" / f"{split}.jsonl").write_text('{"nums": [1, 2], "target": 3}\n' * 4)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("archive")
+    plan = Plan.from_file(SMOKE)
+    res = root / "results" / "smoke"
+    write_results(res, plan)
+    manifest = pack(plan, res, root / "archive")
+    return plan, res, root / "archive", manifest
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_pack_then_unpack_gives_the_same_bytes(packed, tmp_path):
+    plan, res, archive, m = packed
+    assert m["format"] == "rspo-run-archive" and m["version"] == 1 and m["preset"] == "smoke"
+    assert sorted(m["runs"]) == sorted(plan.runs)
+    paths = {e["path"] for e in m["members"]}
+    for name in plan.runs:
+        assert {f"runs/{name}/{f}" for f in ("metrics.jsonl", "config.json", "run.json", "final.json")} <= paths
+    assert "bench.json" in paths and "eval/base/countdown.json" in paths and "models/base/pretrain.json" in paths
+    e = next(e for e in m["members"] if e["path"] == f"runs/{next(iter(plan.runs))}/metrics.jsonl")
+    assert e["rows"] > 1 and len(e["sha256"]) == 64
+    assert m["datasets"]  # the data files the runs used, for MLflow's dataset inputs
+    into = tmp_path / "results" / "smoke"
+    unpack(archive, plan.preset, into)
+    got = files_under(into)
+    for rel in paths:
+        assert got[rel] == (res / rel).read_bytes(), rel
+    assert json.loads((into / "archive.json").read_text())["preset_digest"] == m["preset_digest"]
+    unpack(archive, plan.preset, into)  # again: the same files are there, nothing to do
+    assert main(["verify", str(archive), "--preset", str(SMOKE)]) == 0
+
+
+def test_pack_refuses_incomplete_results_and_names_what_is_missing(tmp_path):
+    plan = Plan.from_file(SMOKE)
+    res = tmp_path / "results" / "smoke"
+    write_results(res, plan)
+    (res / "runs" / "grpo-s0" / "metrics.jsonl").unlink()
+    with pytest.raises(ArchiveError, match="missing runs/grpo-s0/metrics.jsonl"):
+        pack(plan, res, tmp_path / "archive")
+    assert not (tmp_path / "archive").exists()
+
+
+def copy_archive(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def rewrite_bundle(archive: Path, edit) -> None:
+    """Rebuild runs.tar.xz with edit(name, bytes) -> bytes applied, and its sha256 in the manifest
+    (so that only a member's own checksum can catch the change)."""
+    import hashlib
+
+    m = json.loads((archive / "archive.json").read_text())
+    with tarfile.open(archive / "runs.tar.xz", "r:xz") as tar:
+        files = {i.name: tar.extractfile(i).read() for i in tar.getmembers()}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name, data in files.items():
+            data = edit(name, data)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (archive / "runs.tar.xz").write_bytes(buf.getvalue())
+    m["bundle"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    (archive / "archive.json").write_text(json.dumps(m))
+
+
+def test_bad_archives_are_refused_with_the_reason_and_nothing_is_written(packed, tmp_path):
+    plan, res, archive, m = packed
+    into = tmp_path / "results" / "smoke"
+
+    def refused(arch: Path, match: str, preset=None) -> None:
+        with pytest.raises(ArchiveError, match=match):
+            unpack(arch, preset or plan.preset, into)
+        assert not into.exists() or not any(into.rglob("*.json*")), "a refused archive wrote files"
+
+    bad = copy_archive(archive, tmp_path / "damaged")
+    (bad / "runs.tar.xz").write_bytes((bad / "runs.tar.xz").read_bytes()[:-100] + b"x" * 100)
+    refused(bad, "runs.tar.xz: sha256 does not match")
+
+    bad = copy_archive(archive, tmp_path / "member")
+    victim = "runs/grpo-s0/metrics.jsonl"
+    rewrite_bundle(bad, lambda name, data: data.replace(b"0.", b"9.", 1) if name == victim else data)
+    refused(bad, f"member {victim} is corrupt")
+
+    bad = copy_archive(archive, tmp_path / "lost")
+    rewrite_bundle(bad, lambda name, data: data)
+    man = json.loads((bad / "archive.json").read_text())
+    man["members"].append({"path": "runs/x/metrics.jsonl", "rows": 1, "bytes": 1, "sha256": "0" * 64})
+    (bad / "archive.json").write_text(json.dumps(man))
+    refused(bad, "member runs/x/metrics.jsonl is listed in the manifest but missing")
+
+    bad = copy_archive(archive, tmp_path / "nobundle")
+    (bad / "runs.tar.xz").unlink()
+    refused(bad, "the bundle runs.tar.xz is missing")
+
+    bad = copy_archive(archive, tmp_path / "version")
+    man = json.loads((bad / "archive.json").read_text())
+    (bad / "archive.json").write_text(json.dumps({**man, "version": 99}))
+    refused(bad, "archive format version 99; this version of rspo reads version 1")
+
+    refused(tmp_path / "nothing", "not a run archive")
+    small = Plan.from_file(ROOT / "configs" / "small.yaml")
+    refused(archive, "an archive of preset 'smoke', not of 'small'", small.preset)
+    edited = json.loads(json.dumps(plan.preset))
+    edited["rl"]["optim"]["lr"] = 0.5
+    refused(archive, "packed from another version of preset 'smoke'", edited)
+
+    into.mkdir(parents=True)  # a real run's results are there: never overwritten
+    (into / "runs" / "grpo-s0").mkdir(parents=True)
+    (into / "runs" / "grpo-s0" / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ArchiveError, match="already holds other versions"):
+        unpack(archive, plan.preset, into)
+    assert sorted(p.name for p in into.rglob("*") if p.is_file()) == ["metrics.jsonl"]
+    assert main(["unpack", str(tmp_path / "damaged"), "--preset", str(SMOKE), "--into", str(tmp_path / "x")]) == 2
+
+
+@pytest.mark.slow
+def test_snakemake_builds_the_report_targets_from_an_archive_without_training(packed, tmp_path):
+    plan, _, archive, _ = packed
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    make_workspace(ws)
+    targets = ["fig4_plugin", "table_countdown", "table_claims"]
+    r = snakemake(ws, "-n", *targets, "--config", "preset=smoke", f"archive={archive}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert set(job_counts(r.stdout + r.stderr)) == {"unpack_archive", *targets, "total"}
+    r = snakemake(ws, "--cores", "2", *targets, "--config", "preset=smoke", f"archive={archive}", timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    res = ws / "results" / "smoke"
+    assert (res / "figures" / "fig4_plugin.png").stat().st_size > 1000
+    assert "GRPO" in (res / "tables" / "table_countdown.md").read_text()
+    # an archive that lacks runs a target needs: the error names them, before any job
+    short = copy_archive(archive, tmp_path / "short")
+    man = json.loads((short / "archive.json").read_text())
+    man["runs"] = [r for r in man["runs"] if r != "grpo-s0"]
+    (short / "archive.json").write_text(json.dumps(man))
+    ws2 = tmp_path / "ws2"
+    ws2.mkdir()
+    make_workspace(ws2)
+    r = snakemake(ws2, "-n", "fig4_plugin", "--config", "preset=smoke", f"archive={short}")
+    assert r.returncode != 0 and "needs runs that the archive" in r.stdout + r.stderr
+    assert "grpo-s0" in r.stdout + r.stderr
+    # a damaged bundle: the unpack job refuses it, no report job runs
+    damaged = copy_archive(archive, tmp_path / "damaged")
+    (damaged / "runs.tar.xz").write_bytes((damaged / "runs.tar.xz").read_bytes()[:-64] + b"x" * 64)
+    ws3 = tmp_path / "ws3"
+    ws3.mkdir()
+    make_workspace(ws3)
+    r = snakemake(ws3, "--cores", "1", "fig4_plugin", "--config", "preset=smoke", f"archive={damaged}")
+    assert r.returncode != 0
+    log = (ws3 / "results" / "smoke" / "logs" / "archive" / "unpack.log").read_text()
+    assert "runs.tar.xz: sha256 does not match the manifest" in log
+    assert not (ws3 / "results" / "smoke" / "figures").exists()
+    # results of a real run in the way: refused before any job
+    (res / "runs" / "grpo-s0" / "metrics.jsonl").write_text('{"step": 1}\n')
+    r = snakemake(ws, "-n", "fig4_plugin", "--config", "preset=smoke", f"archive={archive}")
+    assert r.returncode != 0 and "holds results of another run" in r.stdout + r.stderr
+
+
+def test_read_manifest_checks_the_preset(packed):
+    plan, _, archive, m = packed
+    assert read_manifest(archive, plan.preset)["preset_digest"] == m["preset_digest"]
