@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "report": "rspo.report.cli:main",
     "bench": "rspo.bench:main",
     "speed": "rspo.speed:main",
+    "parity": "rspo.parity:main",
     "sweep": "rspo.sweep:main",
     "archive": "rspo.archive:main",
     "mlflow-init": "rspo.mlflow_commands:init_main",
@@ -40,6 +41,7 @@ commands:
   report       build a paper table or figure from run outputs
   bench        throughput / memory benchmark (prints a table + one JSON line)
   speed        RL step vs TRL's GRPOTrainer, plain training and generate (needs the bench extra)
+  parity       TRL's GRPOTrainer on the same base, prompts and verifier (an outside anchor for GRPO)
   sweep        run regime-choosing trials from a sweep file and write the trial table
   archive      pack a preset's run files into a checksummed archive, check or unpack one
   mlflow-init  create the MLflow store and experiment once, before jobs start

@@ -257,26 +257,13 @@ def _run_with_trl(
     """TRL's trainer runs its loop; after each of its RL steps a callback runs ``other_steps``
     (timed apart), so the contenders alternate step by step."""
     import torch
-    from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from rspo.data.countdown import format_prompt, load_split
     from rspo.models import load_model
-    from rspo.rewards.countdown import score
+    from rspo.parity import countdown_dataset, countdown_reward, trl_grpo_args
 
-    sc, G = cfg.schedule, cfg.rollout.group_size
-    records = load_split(data_dir / "train.jsonl")[:4096]
-    ds = Dataset.from_list(
-        [
-            {"prompt": format_prompt(r, cfg.data.prompt_format), "nums": r["nums"], "target": r["target"]}
-            for r in records
-        ]
-    )
-
-    def countdown_reward(completions, nums, target, **_):
-        return [score(c, n, t)[0] for c, n, t in zip(completions, nums, target)]
-
+    ds = countdown_dataset(data_dir, cfg.data.prompt_format, limit=4096)
     clock = {"mark": 0.0, "gen": 0.0}
 
     class Alternate(TrainerCallback):
@@ -289,32 +276,9 @@ def _run_with_trl(
             other_steps()
             clock["mark"] = time.perf_counter()
 
-    args = GRPOConfig(
-        output_dir=str(work / f"trl-{label}"),
-        per_device_train_batch_size=sc.mini_batch_prompts * G,
-        num_generations=G,
-        steps_per_generation=updates,
-        max_completion_length=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature,
-        top_p=1.0,
-        top_k=0,
-        learning_rate=1e-5,
-        beta=0.0,
-        loss_type="grpo",
-        num_iterations=1,
-        lr_scheduler_type="constant",
-        max_grad_norm=cfg.optim.grad_clip,
-        max_steps=(steps + 1) * updates,
-        logging_steps=10_000,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        router_aux_loss_coef=0.0,
-        disable_tqdm=True,
-        seed=0,
-        dataloader_num_workers=0,
+    # the same work per step as ours (rspo.parity.trl_grpo_args), lr 1e-5 constant as every contender
+    args = trl_grpo_args(
+        cfg, work / f"trl-{label}", generations=steps + 1, lr=1e-5, warmup=0, seed=0, logging_steps=10_000
     )
     trainer = GRPOTrainer(
         model=load_model(model_dir, device="cpu"),

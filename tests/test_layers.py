@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.report.*",
             "rspo.bench",
             "rspo.speed",
+            "rspo.parity",
             "rspo.sweep",
             "rspo.mlflow_commands",
             "rspo.archive",
