@@ -23,6 +23,7 @@ name and kind. Among several matches the latest counts. An RL run folder without
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -182,6 +183,8 @@ def ui_main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------------- mlflow-sync
 
 METRIC_BATCH = 1000
+METRICS_TAG = "rspo.synced_metrics"
+"""Tag: digest of the metric rows a sync found (or made) complete in the store."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -223,6 +226,7 @@ class Syncer:
         self.results = REPO_ROOT / "results" / preset
         self.archived_data: dict[str, dict[str, Any]] = {}
         self.archived_mtimes: dict[str, float] = {}
+        self._listed: dict[tuple[str, str | None], dict[str, int]] = {}
         self.runs = self.client.search_runs([self.exp_id], max_results=50000, order_by=["attributes.start_time DESC"])
 
     # -- finding or creating the MLflow run of a file set
@@ -275,9 +279,19 @@ class Syncer:
             self.client.log_batch(rid, tags=new_tags)
         self.counts["tags"] += len(new_tags)
         found = [(d, c) for d, c in ((self._dataset(p), c) for p, c in (datasets or [])) if d is not None]
-        if found:
+        linked = {
+            (d.dataset.name, d.dataset.digest, t.value)
+            for d in (run.inputs.dataset_inputs if run.inputs else [])
+            for t in d.tags
+        }
+        if any((d.name, d.digest, c) not in linked for d, c in found):
             self.counts["dataset inputs"] += log_dataset_inputs(self.client, rid, found)
-        self.counts["metric points"] += self._metrics(run, metrics or [])
+        if metrics:
+            # a digest of the rows the store holds in full: a later sync skips reading their history back
+            digest = hashlib.sha256(json.dumps(metrics, sort_keys=True).encode()).hexdigest()[:16]
+            if run.data.tags.get(METRICS_TAG) != digest:
+                self.counts["metric points"] += self._metrics(run, metrics)
+                self.client.set_tag(rid, METRICS_TAG, digest)
         for path, folder in artifacts or []:
             self._artifact(rid, path, folder)
         if finished_ms is not None and run.info.status != "FINISHED":
@@ -312,10 +326,13 @@ class Syncer:
     def _artifact(self, rid: str, path: Path, folder: str | None) -> None:
         if not path.is_file():
             return
-        listed = {Path(a.path).name: a.file_size for a in self.client.list_artifacts(rid, folder)}
-        if listed.get(path.name) == path.stat().st_size:
+        key = (rid, folder)
+        if key not in self._listed:
+            self._listed[key] = {Path(a.path).name: a.file_size for a in self.client.list_artifacts(rid, folder)}
+        if self._listed[key].get(path.name) == path.stat().st_size:
             return
         self.client.log_artifact(rid, str(path), folder)
+        self._listed[key][path.name] = path.stat().st_size
         self.counts["artifacts"] += 1
 
     def _dataset(self, path: Path):

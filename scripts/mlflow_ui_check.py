@@ -3,6 +3,8 @@
     python scripts/mlflow_ui_check.py --preset smoke --expect grpo-s0 countdown/train \
         --screenshot docs/images/mlflow_runs.png
     python scripts/mlflow_ui_check.py --uri sqlite:////tmp/x/mlflow.db --experiment rspo-smoke --expect ...
+    python scripts/mlflow_ui_check.py --preset small --run stress-grpo-s0 --expect router/shift_ratio_mean \
+        --screenshot docs/images/mlflow_run_metrics.png
 
 Starts `python -m rspo mlflow-ui` (the address it prints is the one a user opens) on a free
 port, loads that address with `chromium --headless --dump-dom` until every `--expect` text is on
@@ -90,6 +92,35 @@ def browse(binary: str, url: str, out_flag: str, budget_ms: int, size: str, time
     return r.stdout
 
 
+def run_metrics_url(runs_url: str, args, port: int) -> str:
+    """The address of a run's metric charts: #/experiments/<id>/runs/<run id>/model-metrics."""
+    from mlflow.tracking import MlflowClient
+
+    sys.path.insert(0, str(ROOT))
+    from rspo.mlflow_commands import _preset_store
+
+    if args.uri:
+        uri, experiment = args.uri, args.experiment
+    else:
+        _, experiment, uri = _preset_store(args.preset)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{args.run}'", max_results=1)
+    if not runs:
+        raise SystemExit(json.dumps({"error": f"no run named {args.run!r} in {experiment}"}))
+    rid = runs[0].info.run_id
+    if args.metric:  # one metric's chart page
+        import urllib.parse
+
+        q = urllib.parse.quote
+        return (
+            f"http://127.0.0.1:{port}/#/metric?runs={q(json.dumps([rid]))}&metric={q(json.dumps(args.metric))}"
+            f"&experiments={q(json.dumps([exp.experiment_id]))}&plot_metric_keys={q(json.dumps([args.metric]))}"
+            "&x_axis=step&show_point=true"
+        )
+    return f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs/{rid}/model-metrics"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -100,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dom", help="write the rendered page's HTML here")
     ap.add_argument("--screenshot", help="write a PNG of the page here")
     ap.add_argument("--size", default="1600,900", help="browser window WIDTH,HEIGHT")
+    ap.add_argument(
+        "--run",
+        default="",
+        help="open this run's metric charts (its 'Model metrics' tab) instead of the runs table",
+    )
+    ap.add_argument("--metric", default="", help="with --run: open this metric's chart page")
     ap.add_argument("--attempts", type=int, default=3)
     ap.add_argument("--server-timeout", type=float, default=120.0)
     args = ap.parse_args(argv)
@@ -123,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"error": f"rspo mlflow-ui did not start: {first!r} {log.read()[-2000:]}"}))
             return 2
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # never let the pipe fill up
+        if args.run:
+            url = run_metrics_url(url, args, port)
         if not wait_healthy(f"http://127.0.0.1:{port}", proc, args.server_timeout):
             log.seek(0)
             print(json.dumps({"error": f"mlflow ui did not become healthy: {log.read()[-2000:]}"}))
