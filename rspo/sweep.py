@@ -12,7 +12,10 @@ For each trial the table records: the setting, the base model's held-out greedy 
 step-0 validation, the same for every run of the base), the GMPO gain (final minus base,
 mean +- std over seeds, n), the best GMPO gain over validation steps, the smallest per-step mean
 gamma and the largest per-step share of tokens under gamma_min = 0.8 in GRPO runs, the largest
-pg_clipfrac, collapses, and the trial's wall time. It appends one JSON line per trial to
+pg_clipfrac, collapses, the RLVR diagnostics of the runs (rspo.train.group_stats: the share of
+groups with zero reward variance and its split into all correct / all wrong, distinct responses
+per group, token entropy; means over the first and the last ``WINDOW`` steps), the mean step time,
+the trial's wall time and the machine it ran on. It appends one JSON line per trial to
 ``<work>/trials.jsonl`` (a trial already there with the same setting is not rerun: reruns
 resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose
 folder holds a finished run are read, not retrained.

@@ -3,7 +3,9 @@
     python -m rspo evaluate countdown --preset configs/small.yaml --model results/small/runs/grpo-s0/final \
         --data results/small/data/countdown --out results/small/eval/grpo-s0/countdown.json
 
-Settings come from the preset's ``eval.<family>`` mapping; flags override them. Decoding is greedy
+Settings come from the preset's ``eval.<family>`` mapping; flags override them. A Countdown
+evaluation records per split its accuracy, the per-problem scores (``scores``, in split order, for
+paired analyses) and the failure reasons. Decoding is greedy
 by default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with
 ``--n`` samples scores the mean over samples (Pass@1 estimate).
 
