@@ -204,3 +204,34 @@ def test_snakemake_builds_the_report_targets_from_an_archive_without_training(pa
 def test_read_manifest_checks_the_preset(packed):
     plan, _, archive, m = packed
     assert read_manifest(archive, plan.preset)["preset_digest"] == m["preset_digest"]
+
+
+@pytest.mark.slow
+def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(tmp_path):
+    """`make figures` on a clone with nothing beside it: one unpack job and the report jobs, no
+    pretrain / train / evaluate job, and every committed table and figure of docs/results/small
+    comes out with the same bytes."""
+    import subprocess
+    import sys
+
+    committed = ROOT / "docs" / "results" / "small"
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    bindir = Path(sys.executable).parent
+    r = subprocess.run(
+        ["make", "-o", ".venv/.installed", "figures", f"BIN={bindir}", "CORES=2"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    counts = job_counts(r.stdout + r.stderr)
+    assert counts.get("unpack_archive") == 1
+    assert not {"pretrain", "train", "evaluate_countdown", "countdown_data", "bench"} & set(counts), counts
+    built = clone / "results" / "small"
+    files = sorted(p.relative_to(committed) for p in committed.glob("*/*") if p.parent.name in ("figures", "tables"))
+    assert len(files) >= 20
+    for rel in files:
+        assert (built / rel).read_bytes() == (committed / rel).read_bytes(), f"{rel} differs from the committed file"

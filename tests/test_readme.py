@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,16 @@ LINKED = [("README.md", t) for t in relative_links(README)] + [
 @pytest.mark.parametrize(("doc", "target"), sorted(set(LINKED)))
 def test_every_relative_link_points_to_a_file(doc, target):
     assert ((ROOT / doc).parent / target).exists(), f"{doc} links to {target}, which does not exist"
+
+
+def test_the_result_tables_in_the_readme_are_the_committed_files():
+    """Every table block of the README is the file it names, byte for byte (make readme-tables
+    rewrites them), and the small study's tables all appear."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from readme_tables import blocks, refreshed
+
+    text = (ROOT / "README.md").read_text()
+    named = [p for p, _ in blocks(text)]
+    for table in ("table_countdown", "table_claims", "table_efficiency"):
+        assert f"docs/results/small/tables/{table}.md" in named, table
+    assert refreshed(text) == text, "README table blocks differ from their files: run `make readme-tables`"
