@@ -203,6 +203,8 @@ class Trainer:
             self.tokenizer,
             model_path=cfg.model.path,
             gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+            dtype=cfg.model.dtype,
+            seed=cfg.seed,
             all_done=all_done,
         )
         self.collapse = CollapseDetector(
@@ -336,6 +338,8 @@ class Trainer:
         self.collapse.load_state_dict(state["collapse"])
         self.nonfinite_in_row = state["nonfinite_in_row"]
         self.step = int(state["step"])
+        # the rollout engine was built from model.path: give it the resumed weights (vllm backend)
+        self.backend.sync_weights(self.model)
         # metric lines written after this checkpoint belong to work that is redone now
         if self.dist.is_main and self.metrics_path.is_file():
             keep = [
@@ -667,6 +671,7 @@ class Trainer:
         t4 = time.perf_counter()
         self.model.eval()
         self.backend.sync_weights(self.model)
+        t5 = time.perf_counter()
         self.last_batch = batch
         n_tokens = float(mask.sum())
         metrics = {k: sum(v) / len(v) for k, v in sums.items()}
@@ -685,6 +690,7 @@ class Trainer:
                 "perf/old_pass_s": t3 - t2,
                 "perf/update_s": t4 - t3,
                 "perf/step_s": t4 - t0,
+                "perf/sync_s": t5 - t4,  # weights into the rollout engine (vllm; ~0 for hf)
                 "perf/rollout_tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
                 "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / max(t4 - t3, 1e-9),
                 # every non-padding token the updates process (prompt + response), as a training loop counts
