@@ -116,7 +116,7 @@ def test_engine_samples_from_the_trained_policy_after_every_sync(arch, tmp_path)
             assert moved > 100 * TOL, f"{arch}: the step did not move the policy ({moved:.2e})"
             gaps.append(engine_logprob_gap(backend, trainer.model))
             previous = copy.deepcopy(trainer.model)
-        print(f"{arch}: max |dlogp| before, after steps 1-3: {['%.1e' % g for g in gaps]}")
+        print(f"{arch}: max |dlogp| before, after steps 1-3: {[f'{g:.1e}' for g in gaps]}")
         assert max(gaps) < TOL, f"{arch}: engine vs training model log-probs {gaps}"
     finally:
         del trainer
