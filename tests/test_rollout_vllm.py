@@ -72,6 +72,39 @@ def case_mix(batch, tok, max_tokens: int = 12) -> bool:
     )
 
 
+def test_a_resumed_run_samples_from_the_checkpoint_not_the_base(tmp_path, monkeypatch):
+    """The engine is built from model.path (the base); a resumed Trainer loads its last checkpoint
+    into the training model and must sync the engine before the first rollout."""
+    from rspo.models import load_model
+    from rspo.train.trainer import Trainer
+
+    tok = build_tokenizer()
+    assets = make_train_assets(tmp_path / "assets", model=arch_model("qwen3_moe", tok))
+    cfg = train_cfg(assets, ckpt_every=1)
+    real_step = Trainer.train_step
+
+    def dying_step(self):
+        if self.step == 2:
+            raise KeyboardInterrupt("killed")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg, tmp_path / "run", quiet=True, task=digit_task()).run()
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    gc.collect()
+    resumed = Trainer(cfg, tmp_path / "run", quiet=True, task=digit_task())
+    resumed._prepare_folder()  # what run() does first: restore the last checkpoint
+    assert resumed.step == 2
+    base = load_model(assets / "base", dtype="float32", device="cpu").eval()
+    assert model_logprob_gap(base, resumed.model) > 100 * TOL  # the checkpoint is not the base
+    assert engine_logprob_gap(resumed.backend, resumed.model) < TOL
+    final = resumed.run()
+    assert final["steps"] == 3
+    del resumed
+    gc.collect()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """One engine on a tiny Qwen2-MoE, and the same model in transformers."""

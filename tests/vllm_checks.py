@@ -72,13 +72,19 @@ def digit_task():
     return Task("countdown-digits", base.load, base.prompt, score_batch)
 
 
-def train_cfg(assets, prompts_per_step: int = 4, **rollout):
+def train_cfg(assets, prompts_per_step: int = 4, ckpt_every: int = 0, **rollout):
     rl = {
         "model": {"path": str(assets / "base"), "threads": 1, "dtype": "float32"},
         "data": {"task": "countdown", "train_path": str(assets / "data" / "train.jsonl"), "val_paths": {}},
         "rollout": {"backend": "vllm", "group_size": 4, "max_new_tokens": 8, "temperature": 1.0, **rollout},
         "algorithm": {"algo": "gmpo", "router_shift": True},
         "optim": {"lr": 3e-2},
-        "schedule": {"total_steps": 3, "prompts_per_step": prompts_per_step, "mini_batch_prompts": 2, "val_every": 0},
+        "schedule": {
+            "total_steps": 3,
+            "prompts_per_step": prompts_per_step,
+            "mini_batch_prompts": 2,
+            "val_every": 0,
+            "ckpt_every": ckpt_every,
+        },
     }
     return train_config_from_dict(rl, seed=0, run_name="vllm-sync")
