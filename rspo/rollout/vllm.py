@@ -111,7 +111,14 @@ def engine_kwargs(
     kv_cache_gib: float | None,
 ) -> dict:
     """``vllm.LLM`` arguments for a colocated engine: CPU vs GPU, one process vs torchrun."""
-    kw = dict(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, enable_prefix_caching=True)
+    kw = dict(
+        model=model_path,
+        dtype=dtype,
+        seed=seed,
+        max_model_len=max_model_len,
+        enable_prefix_caching=True,
+        load_format="dummy",  # the weights come through sync_weights (see VLLMBackend)
+    )
     if _on_cpu():
         kw.update(enforce_eager=True, kv_cache_memory_bytes=int((kv_cache_gib or KV_CACHE_GIB) * 2**30))
     else:
@@ -160,6 +167,21 @@ def checkpoint_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     for part in groups.values():
         full = {k: full_tensor(v.detach()) for k, v in part.items()}
         yield from revert_weight_conversion(model, full).items()
+
+
+def file_weights(model_path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs of a checkpoint folder's safetensors files, read one tensor at a time."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"rollout.backend=vllm: no *.safetensors weights in {model_path}")
+    for f in files:
+        with safe_open(str(f), "pt") as handle:
+            for name in handle.keys():
+                yield name, handle.get_tensor(name)
 
 
 def _redo_first_load_processing(worker) -> int:
@@ -212,10 +234,24 @@ class VLLMBackend:
                     kv_cache_gib=kv_cache_gib,
                 )
             )
+            self.engine = engine
+            self.on_cpu = bool(on_cpu)
+            # the engine starts on dummy weights: its real ones take the same path as every later
+            # sync (from the training model, or from the checkpoint files when there is none)
+            self._reload(checkpoint_weights(model) if model is not None else file_weights(str(model_path)))
         self.engine = engine
         self.sampling_params_cls = sampling_params_cls
         self.on_cpu = bool(on_cpu)
         self.last_sync_s = 0.0  # wall time of the last sync_weights (the trainer logs it)
+
+    def _reload(self, weights) -> None:
+        # zero-size tensors (e.g. the empty shared expert of a Qwen2-MoE without one, which
+        # save_pretrained writes) have no counterpart in the engine, whose loader refuses them
+        weights = [(name, t) for name, t in weights if t.numel()]
+        if self.on_cpu:  # the one CPU/GPU difference: redo the CPU experts' prepack on reload
+            self.engine.collective_rpc(_redo_first_load_processing)
+        self.engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        self.engine.reset_prefix_cache()
 
     def sync_weights(self, model) -> None:
         """Reload the training model's weights into the engine in place (see the module docstring).
@@ -224,11 +260,7 @@ class VLLMBackend:
 
         t0 = time.perf_counter()
         self.model = model
-        weights = list(checkpoint_weights(model))
-        if self.on_cpu:  # the one CPU/GPU difference: redo the CPU experts' prepack on reload
-            self.engine.collective_rpc(_redo_first_load_processing)
-        self.engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
-        self.engine.reset_prefix_cache()
+        self._reload(checkpoint_weights(model))
         self.last_sync_s = time.perf_counter() - t0
 
     def generate(
