@@ -157,6 +157,24 @@ def test_rows_do_not_depend_on_how_prompts_are_split(served):
     assert other.token_rows()[1] != r_all
 
 
+def test_a_batch_larger_than_one_scheduler_step(served):
+    """More prompt tokens than one scheduler step takes (as in the small preset's 32 prompts x 8):
+    with chunked prefill, vLLM 0.32's CPU build crashes on seeded requests ("CPU Generator does
+    not use offset"). Rows still do not depend on the split."""
+    backend, _, tok = served
+    budget = backend.engine.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    long = " ".join(str(i % 50) for i in range(40))
+    prompts = [f"nums {a} {long} target {a + 7}:" for a in range(10, 200)]
+    L = len(tok(prompts[0])["input_ids"])
+    prompts = prompts[: budget // (4 * L) + 4]
+    assert sum(len(x) for x in tok(prompts)["input_ids"]) * 4 > budget
+    kw = dict(temperature=1.0, max_new_tokens=4, seed=5)
+    whole = backend.generate(prompts, 4, **kw)
+    k = len(prompts) // 2
+    half = backend.generate(prompts[k:], 4, row_offset=k * 4, **kw)
+    assert whole.token_rows()[1][k * 4 :] == half.token_rows()[1]
+
+
 def test_greedy_batch_equals_the_hf_backend_field_by_field(served):
     """Greedy decoding samples the same token ids in both backends (same fp32 model), so the two
     RolloutBatches must agree field by field: left-padded prompts, responses cut at max_tokens or

@@ -49,6 +49,10 @@ Deviations from the hf backend and from a GPU run (tested on vLLM's CPU build on
   ``gpu_memory_utilization`` would reserve that share of the machine's RAM); vLLM's CPU worker
   also replaces ``torch.set_num_threads`` by a no-op once the engine is up, so the process keeps
   the thread count it had (``VLLM_CPU_OMP_THREADS_BIND=nobind`` by default: no pinning).
+- CPU engines run without chunked prefill: with it, a batch whose prompts exceed one scheduler
+  step (e.g. the small preset's 32 prompts x 8) crashes vLLM 0.32's CPU build when requests are
+  seeded (the model runner rewinds the seeded generator's offset after a partial prefill, which a
+  CPU ``torch.Generator`` does not have). A GPU engine keeps vLLM's default.
 - The CPU attention kernels serve head sizes 32, 64, 80, ..., 256, 512 only (16 and 24 are
   refused): a model with another head size gets a clear error at engine start on a CPU (the
   smoke preset's head size of 16 needs ``num_heads: 1`` to run with this backend).
@@ -120,7 +124,13 @@ def engine_kwargs(
         load_format="dummy",  # the weights come through sync_weights (see VLLMBackend)
     )
     if _on_cpu():
-        kw.update(enforce_eager=True, kv_cache_memory_bytes=int((kv_cache_gib or KV_CACHE_GIB) * 2**30))
+        kw.update(
+            enforce_eager=True,
+            kv_cache_memory_bytes=int((kv_cache_gib or KV_CACHE_GIB) * 2**30),
+            # seeded requests + a chunked prefill crash the CPU build ("CPU Generator does not use
+            # offset": the runner rewinds a CUDA generator's offset for a partial prefill)
+            enable_chunked_prefill=False,
+        )
     else:
         kw.update(gpu_memory_utilization=gpu_memory_utilization)
         if kv_cache_gib:
