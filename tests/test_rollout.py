@@ -91,6 +91,8 @@ class FakeEngine:
         if method == "reload_weights":
             assert kwargs["is_checkpoint_format"] is True
             self.loaded.extend(name for name, _ in kwargs["weights_iterator"])
+        elif method.__name__ == "_cpu_reload":
+            self.loaded.extend(name for name, _ in args[0])
         return [None]
 
     def reset_prefix_cache(self):
@@ -206,10 +208,11 @@ def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), "pt") as f:
         on_disk = set(f.keys())
     assert sorted(engine.loaded) == sorted(on_disk) and engine.prefix_resets == 1
-    assert engine.rpcs == ["reload_weights"]  # not on a CPU engine: no MoE kernel reset
+    assert engine.rpcs == ["reload_weights"]  # not a CPU engine: the worker's plain reload
     backend.on_cpu = True
+    engine.loaded.clear()
     backend.sync_weights(model)
-    assert engine.rpcs[1:] == ["_redo_first_load_processing", "reload_weights"]
+    assert engine.rpcs[1:] == ["_cpu_reload"] and sorted(engine.loaded) == sorted(on_disk)
 
 
 def test_vllm_without_the_extra_is_a_clear_error(tiny):

@@ -30,7 +30,7 @@ from rspo.rollout.vllm import VLLMBackend  # noqa: E402
 from rspo.tokenizer import build_tokenizer  # noqa: E402
 
 
-@pytest.mark.parametrize("arch", [*ARCHS, "qwen2_moe-no-shared-expert"])
+@pytest.mark.parametrize("arch", [*ARCHS, "qwen2_moe-as-small-preset"])
 def test_engine_samples_from_the_trained_policy_after_every_sync(arch, tmp_path):
     """Before any update and after each of three real Trainer steps (rollout -> old pass -> 4
     mini-batch updates -> sync), the engine's log-probs of its own sampled tokens equal the
@@ -38,9 +38,11 @@ def test_engine_samples_from_the_trained_policy_after_every_sync(arch, tmp_path)
     from rspo.train.trainer import Trainer
 
     tok = build_tokenizer()
-    if arch == "qwen2_moe-no-shared-expert":  # as in the small presets: its empty tensors are in the checkpoint
+    if arch == "qwen2_moe-as-small-preset":
+        # as the small presets build it: no shared expert (its empty tensors are in the checkpoint)
+        # and the LM head tied to the embeddings (it gets no weight of its own in a reload)
         sizes = dict(num_experts=4, top_k=1, num_layers=2, hidden=128, vocab=len(tok))
-        model = make_tiny_moe("qwen2_moe", shared_expert_intermediate_size=0, **sizes)
+        model = make_tiny_moe("qwen2_moe", shared_expert_intermediate_size=0, tie_word_embeddings=True, **sizes)
     else:
         model = arch_model(arch, tok)
     assets = make_train_assets(tmp_path / "assets", model=model)

@@ -1,17 +1,22 @@
 """vLLM rollouts and evaluation, colocated with training (``rl.rollout.backend: vllm``).
 
 How it runs: ``VLLMBackend`` builds one ``vllm.LLM`` engine in the training process (in-process
-engine core, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) from the checkpoint at ``model_path``, in the
-training dtype. After every optimiser phase, and after a resumed run has loaded its checkpoint,
-the trainer calls ``sync_weights(model)``, which streams the training model's weights into the
-live engine with vLLM's in-place reload (``LLM.collective_rpc("reload_weights", weights_iterator=...,
-is_checkpoint_format=True)``, ``vllm/model_executor/model_loader/reload/``) and resets the prefix
-cache, so the next rollout samples from the trained policy. The weights are handed over in the
-checkpoint's own format (what ``save_pretrained`` writes: transformers' ``revert_weight_conversion``
-undoes the fused in-memory expert layout), one decoder layer at a time, so the engine's loaders
-see exactly what they see when the engine is built from disk.
+engine core, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) for the checkpoint at ``model_path`` (its config
+and tokenizer), in the training dtype, on dummy weights (``load_format="dummy"``): the engine's
+real weights always arrive through the same in-place reload, at start from the training model (or,
+for evaluation, from the checkpoint's safetensors files), then after every optimiser phase and
+after a resumed run has loaded its checkpoint, when the trainer calls ``sync_weights(model)``.
+That streams the training model's weights into the live engine with vLLM's in-place reload
+(``LLM.collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=True)``,
+``vllm/model_executor/model_loader/reload/``) and resets the prefix cache, so the next rollout
+samples from the trained policy. The weights are handed over in the checkpoint's own format (what
+``save_pretrained`` writes: transformers' ``revert_weight_conversion`` undoes the fused in-memory
+expert layout), one decoder layer at a time, so the engine's loaders see exactly what they see when
+the engine is built from disk. Zero-size tensors (the empty shared expert that ``save_pretrained``
+writes for a Qwen2-MoE without one, as in the small presets) are left out: vLLM builds no module
+for them and its loader would refuse them.
 
-Why the plain reload drifts on the CPU build, and the fix (``_redo_first_load_processing``):
+Why the plain reload drifts on the CPU build, and the fix (``_cpu_reload``):
 vLLM's unquantized MoE method (``UnquantizedFusedMoEMethod._setup_kernel``) runs the experts
 kernel's own post-load step (``fused_experts.process_weights_after_loading``) only on the first
 load; a reload is detected by ``moe_kernel is not None`` and skips it. On a GPU that step is a
@@ -22,9 +27,14 @@ reads the plain ``cat(gate, up)`` as if it were prepacked, and log-probs move by
 the very same weights are reloaded. Clearing ``quant_method.moe_kernel`` of every MoE layer before
 the reload makes the reload take the first-load path (kernel rebuilt, prepack redone on the
 freshly loaded layer), and the reload machinery then copies the processed tensors back into the
-engine's original storage. This is the one place where the CPU and the GPU paths differ: the
-reset runs only when vLLM's platform is the CPU (``current_platform.is_cpu()``); everything else
-is the same call. Measured here: log-probs of the engine's sampled tokens equal the training
+engine's original storage. A second CPU-only step: the CPU GEMM of the LM head works on a packed
+copy of its weight made at load; a tied LM head (the small presets tie it to the embeddings)
+receives no weight of its own in a reload and would keep sampling with the copy it was packed
+from (its log-probs stayed those of the first weights), so after the reload every vocabulary
+layer is repacked from its current weight. These two steps are the one place where the CPU and
+the GPU paths differ (``VLLMBackend._reload``: on a GPU the worker's plain ``reload_weights``,
+where both kernels read the weight tensors themselves); they run only when vLLM's platform is the
+CPU (``current_platform.is_cpu()``). Measured here: log-probs of the engine's sampled tokens equal the training
 model's to < 1e-5 (fp32) after every sync, on every served architecture
 (``tests/test_rollout_vllm.py``); a sync of the 4-layer small model takes tens of milliseconds.
 
@@ -194,16 +204,31 @@ def file_weights(model_path: str) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, handle.get_tensor(name)
 
 
-def _redo_first_load_processing(worker) -> int:
-    """Worker-side, before a reload on the CPU build: forget each MoE layer's kernel, so that the
-    reload takes the first-load path, which re-runs the CPU experts' pad + prepack (see the module
-    docstring). Returns the number of MoE layers reset."""
+def _cpu_reload(worker, weights: list[tuple[str, torch.Tensor]]) -> int:
+    """Worker-side reload on vLLM's CPU build (see the module docstring): the same
+    ``reload_weights`` a GPU worker runs, with the two CPU kernels' own post-load steps redone.
+
+    1. Before: forget each MoE layer's kernel, so the reload takes the first-load path, which
+       re-runs the CPU experts' pad + prepack of w13/w2.
+    2. After: the CPU GEMM of a vocabulary layer (embedding / LM head) works on a packed copy of
+       its weight made at load (``dispatch_cpu_unquantized_gemm``). A layer that received no
+       weight of its own, a tied LM head, keeps the copy of the weights it was packed from; repack
+       every vocabulary layer from its current weight.
+    Returns the number of MoE layers reset."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    model = worker.model_runner.model
     n = 0
-    for module in worker.model_runner.model.modules():
+    for module in model.modules():
         method = getattr(module, "quant_method", None)
         if method is not None and getattr(method, "moe_kernel", None) is not None:
             method.moe_kernel = None
             n += 1
+    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, UnquantizedEmbeddingMethod) and hasattr(module, "cpu_linear"):
+            method.process_weights_after_loading(module)
     return n
 
 
@@ -258,9 +283,11 @@ class VLLMBackend:
         # zero-size tensors (e.g. the empty shared expert of a Qwen2-MoE without one, which
         # save_pretrained writes) have no counterpart in the engine, whose loader refuses them
         weights = [(name, t) for name, t in weights if t.numel()]
-        if self.on_cpu:  # the one CPU/GPU difference: redo the CPU experts' prepack on reload
-            self.engine.collective_rpc(_redo_first_load_processing)
-        self.engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        if self.on_cpu:  # the one CPU/GPU difference: the CPU kernels' post-load steps are redone
+            self.engine.collective_rpc(_cpu_reload, args=(weights,))
+        else:
+            kwargs = {"weights_iterator": weights, "is_checkpoint_format": True}
+            self.engine.collective_rpc("reload_weights", kwargs=kwargs)
         self.engine.reset_prefix_cache()
 
     def sync_weights(self, model) -> None:
