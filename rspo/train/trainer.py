@@ -199,6 +199,8 @@ class Trainer:
             self.tokenizer,
             model_path=cfg.model.path,
             gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+            dtype=cfg.model.dtype,
+            seed=cfg.seed,
             all_done=all_done,
         )
         self.collapse = CollapseDetector(
@@ -659,7 +661,7 @@ class Trainer:
                 "perf/reward_s": t2 - t0 - t_gen,
                 "perf/old_pass_s": t3 - t2,
                 "perf/update_s": t4 - t3,
-                "perf/sync_s": t5 - t4,
+                "perf/sync_s": t5 - t4,  # weights into the rollout engine (vllm; ~0 for hf)
                 "perf/step_s": t4 - t0,
                 "perf/rollout_tokens_per_s": n_tokens / max(t_gen, 1e-9),
                 "perf/tokens_per_s": n_tokens * cfg.schedule.ppo_epochs / upd_s,
