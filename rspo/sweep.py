@@ -378,7 +378,13 @@ def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], t
 
 
 def run_sweep(
-    path: str, *, jobs: int = 1, threads: int = 2, table_path: str | None = None, only: list[str] | None = None
+    path: str,
+    *,
+    jobs: int = 1,
+    threads: int = 2,
+    table_path: str | None = None,
+    only: list[str] | None = None,
+    pretrain_threads: int = 0,
 ) -> list[dict[str, Any]]:
     spec = load_sweep(path)
     work = Path(spec["work"])
@@ -397,7 +403,7 @@ def run_sweep(
             for d in done
         ):
             continue
-        base, base_wall = ensure_base(spec, trial["base"], work, data, max(threads, jobs * threads))
+        base, base_wall = ensure_base(spec, trial["base"], work, data, pretrain_threads or max(threads, jobs * threads))
         t0 = time.perf_counter()
         todo = [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -432,9 +438,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads per run")
     ap.add_argument("--table", default=None, help="write the Markdown trial table here")
     ap.add_argument("--only", action="append", default=None, help="run only these trials (repeatable)")
+    ap.add_argument(
+        "--pretrain-threads",
+        type=int,
+        default=0,
+        help="torch threads of a base's pretraining (default: jobs x threads, the whole budget)",
+    )
     args = ap.parse_args(argv)
     try:
-        run_sweep(args.sweep, jobs=args.jobs, threads=args.threads, table_path=args.table, only=args.only)
+        run_sweep(
+            args.sweep,
+            jobs=args.jobs,
+            threads=args.threads,
+            table_path=args.table,
+            only=args.only,
+            pretrain_threads=args.pretrain_threads,
+        )
     except SweepError as e:
         print(f"rspo sweep: {e}", file=sys.stderr)
         return 2
