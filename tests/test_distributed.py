@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_moe import make_train_assets
+from tiny_moe import make_train_assets, train_args
 
 from rspo.config import check_world_size, train_config_from_dict
 from rspo.distributed import Dist
@@ -39,20 +39,6 @@ def _env(**extra):
 
 
 def train(assets, out, nproc, *extra, algo=("algorithm.algo=gmpo", "algorithm.router_shift=true"), mlflow=None):
-    args = [
-        "--preset",
-        str(ROOT / "configs" / "smoke.yaml"),
-        "--base-model",
-        str(assets / "base"),
-        "--train-data",
-        str(assets / "data" / "train.jsonl"),
-        "--val",
-        f"val={assets / 'data' / 'val.jsonl'}",
-        "--out",
-        str(out),
-        "--threads",
-        str(nproc),
-    ]
     sets = [
         *algo,
         "rollout.max_new_tokens=10",
@@ -65,8 +51,7 @@ def train(assets, out, nproc, *extra, algo=("algorithm.algo=gmpo", "algorithm.ro
         "schedule.keep_checkpoints=3",
         *extra,
     ]
-    for s in sets:
-        args += ["--set", s]
+    args = train_args(assets, out, ROOT / "configs" / "smoke.yaml", *sets, threads=nproc)
     if mlflow is None:
         args.append("--no-mlflow")
     launcher = (

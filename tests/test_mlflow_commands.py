@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from mlflow_server import MlflowServer
-from tiny_moe import make_train_assets
+from tiny_moe import make_train_assets, train_args
 
 from rspo.mlflow_commands import sync_main
 from rspo.tracking import Tracker
@@ -31,33 +31,9 @@ def assets(tmp_path_factory):
 
 
 def train_cmd(assets: Path, out: Path, steps: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rspo",
-        "train",
-        "--preset",
-        str(SMOKE),
-        "--run",
-        RUN,
-        "--base-model",
-        str(assets / "base"),
-        "--train-data",
-        str(assets / "data" / "train.jsonl"),
-        "--val",
-        f"val={assets / 'data' / 'val.jsonl'}",
-        "--out",
-        str(out),
-        "--threads",
-        "1",
-        "--quiet",
-        "--set",
-        f"schedule.total_steps={steps}",
-        "--set",
-        "schedule.val_every=5",
-        "--set",
-        "rollout.max_new_tokens=6",
-    ]
+    sets = (f"schedule.total_steps={steps}", "schedule.val_every=5", "rollout.max_new_tokens=6")
+    args = train_args(assets, out, SMOKE, *sets, run=RUN, threads=1)
+    return [sys.executable, "-m", "rspo", "train", *args, "--quiet"]
 
 
 def env_with(uri: str, **extra: str) -> dict[str, str]:

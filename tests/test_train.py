@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_moe import make_train_assets
+from tiny_moe import make_train_assets, train_args
 
 from rspo.config import TrainConfig, train_config_from_dict
 from rspo.tasks import Task, get_task
@@ -233,26 +233,8 @@ def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "gmpo-rs0.8-s0"
-    rc = main(
-        [
-            "--preset",
-            str(root / "configs" / "smoke.yaml"),
-            "--run",
-            "gmpo-rs0.8-s0",
-            "--base-model",
-            str(assets / "base"),
-            "--train-data",
-            str(assets / "data" / "train.jsonl"),
-            "--val",
-            f"val={assets / 'data' / 'val.jsonl'}",
-            "--out",
-            str(out),
-            "--set",
-            "schedule.total_steps=1",
-            "--set",
-            "rollout.max_new_tokens=6",
-        ]
-    )
+    sets = ("schedule.total_steps=1", "rollout.max_new_tokens=6")
+    rc = main(train_args(assets, out, root / "configs" / "smoke.yaml", *sets, run="gmpo-rs0.8-s0"))
     assert rc == 0
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("rspo-smoke")

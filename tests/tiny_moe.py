@@ -178,3 +178,26 @@ def make_train_assets(root, model=None):
         meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)},
     )
     return root
+
+
+def train_args(assets, out, preset, *sets, run=None, threads=None):
+    """`rspo train` arguments for the assets of make_train_assets: the preset, base model, train
+    and val data, output folder, then one `--set` per override in ``sets``."""
+    args = ["--preset", str(preset)]
+    if run is not None:
+        args += ["--run", run]
+    args += [
+        "--base-model",
+        str(assets / "base"),
+        "--train-data",
+        str(assets / "data" / "train.jsonl"),
+        "--val",
+        f"val={assets / 'data' / 'val.jsonl'}",
+        "--out",
+        str(out),
+    ]
+    if threads is not None:
+        args += ["--threads", str(threads)]
+    for s in sets:
+        args += ["--set", s]
+    return args
