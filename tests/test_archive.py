@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -206,28 +210,32 @@ def test_read_manifest_checks_the_preset(packed):
     assert read_manifest(archive, plan.preset)["preset_digest"] == m["preset_digest"]
 
 
-@pytest.mark.slow
-def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(tmp_path):
-    """`make figures` on a clone with nothing beside it: one unpack job and the report jobs, no
-    pretrain / train / evaluate job, and every committed table and figure of docs/results/small
-    comes out with the same bytes."""
-    import subprocess
-    import sys
-
-    committed = ROOT / "docs" / "results" / "small"
-    clone = tmp_path / "clone"
+@pytest.fixture(scope="module")
+def figures_clone(tmp_path_factory):
+    """A clone of the repository with nothing beside it after `make figures` (this venv's Python):
+    -> (clone, make's output)."""
+    clone = tmp_path_factory.mktemp("figures") / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    bindir = Path(sys.executable).parent
     r = subprocess.run(
-        ["make", "-o", ".venv/.installed", "figures", f"BIN={bindir}", "CORES=2"],
+        ["make", "-o", ".venv/.installed", "figures", f"BIN={Path(sys.executable).parent}", "CORES=2"],
         cwd=clone,
         capture_output=True,
         text=True,
         timeout=1200,
-        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    counts = job_counts(r.stdout + r.stderr)
+    return clone, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(figures_clone):
+    """`make figures` on a clone with nothing beside it: one unpack job and the report jobs, no
+    pretrain / train / evaluate job, and every committed table and figure of docs/results/small
+    comes out with the same bytes."""
+    clone, out = figures_clone
+    committed = ROOT / "docs" / "results" / "small"
+    counts = job_counts(out)
     assert counts.get("unpack_archive") == 1
     assert not {"pretrain", "train", "evaluate_countdown", "countdown_data", "bench"} & set(counts), counts
     built = clone / "results" / "small"
@@ -235,3 +243,49 @@ def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(tmp_p
     assert len(files) >= 20
     for rel in files:
         assert (built / rel).read_bytes() == (committed / rel).read_bytes(), f"{rel} differs from the committed file"
+
+
+@pytest.mark.slow
+def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_path):
+    """What `make mlflow-ui` does right after a clone: the archive's runs (after `make figures`)
+    recorded by `mlflow-sync` into the local store; `mlflow ui` in headless Chromium then lists
+    every RL run, evaluation, the pretraining and the report run; a second sync records nothing."""
+    from test_mlflow_ui import chromium_or_skip
+
+    clone, _ = figures_clone
+    sync = [sys.executable, "-m", "rspo", "mlflow-sync", "--preset", "small"]
+    r = subprocess.run(sync, cwd=clone, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    first = json.loads(r.stdout.strip().splitlines()[-1])
+    res = clone / "results" / "small"
+    rl_runs = sorted(p.name for p in (res / "runs").iterdir() if p.is_dir())
+    evals = sorted(p.name for p in (res / "eval").iterdir() if p.is_dir())
+    assert len(rl_runs) == 36 and len(evals) == 37
+    assert first["runs created"] == len(rl_runs) + len(evals) + 1  # + the pretraining run
+    r = subprocess.run(sync, cwd=clone, capture_output=True, text=True, timeout=900)
+    again = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 0 and not set(again) - {"tracking_uri", "experiment"}, again  # nothing to record
+
+    chromium_or_skip()
+    dom = tmp_path / "page.html"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/mlflow_ui_check.py",
+            "--preset",
+            "small",
+            "--dom",
+            str(dom),
+            "--expect",
+            *rl_runs,
+            "report",
+        ],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["missing"] == []
+    total = len(rl_runs) + len(evals) + 2  # + pretraining and report
+    assert re.search(r"<strong>(\d+)</strong> matching runs", dom.read_text())[1] == str(total)
