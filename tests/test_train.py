@@ -269,24 +269,13 @@ def test_cli_run_in_a_log_writes_one_parseable_progress_line_per_step(assets, tm
     from rspo.progress import parse_line
     from rspo.train.cli import main
 
-    root = Path(__file__).resolve().parents[1]
-    args = [
-        "--preset",
-        str(root / "configs" / "smoke.yaml"),
-        "--run",
-        "gmpo-rs0.8-s0",
-        "--base-model",
-        str(assets / "base"),
-        "--train-data",
-        str(assets / "data" / "train.jsonl"),
-        "--val",
-        f"val={assets / 'data' / 'val.jsonl'}",
-        "--set",
-        "rollout.max_new_tokens=6",
-        "--no-mlflow",
-    ]
+    preset = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+
+    def args(out, *sets):
+        return [*train_args(assets, out, preset, "rollout.max_new_tokens=6", *sets, run="gmpo-rs0.8-s0"), "--no-mlflow"]
+
     out = tmp_path / "run"
-    assert main([*args, "--out", str(out), "--set", "schedule.total_steps=3", "--set", "schedule.val_every=2"]) == 0
+    assert main(args(out, "schedule.total_steps=3", "schedule.val_every=2")) == 0
     captured = capsys.readouterr()
     rows = [r for r in map(parse_line, captured.err.splitlines()) if r is not None]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -306,7 +295,7 @@ def test_cli_run_in_a_log_writes_one_parseable_progress_line_per_step(assets, tm
                 assert isinstance(m[key], float), (key, r)
     assert json.loads(captured.out.strip().splitlines()[-1])["steps"] == 3  # stdout keeps the JSON line
 
-    assert main([*args, "--out", str(tmp_path / "quiet"), "--set", "schedule.total_steps=1", "--quiet"]) == 0
+    assert main([*args(tmp_path / "quiet", "schedule.total_steps=1"), "--quiet"]) == 0
     assert not [ln for ln in capsys.readouterr().err.splitlines() if parse_line(ln)]
 
 
