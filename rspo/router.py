@@ -78,9 +78,15 @@ Implementation details (not deviations from the paper's equations):
 - The old top-K experts are the ones the old forward actually used (``forward_with_router_cache``
   reads the gate's own ``router_indices``); ``OldRouterCache.from_logits`` without indices
   recomputes them as the routers do (topk of the fp32 softmax), which gives the same experts.
-- ``capture_router_logits`` concatenates the calls of several forwards per layer along N. With
-  gradient checkpointing, leave the capture block before ``backward()`` (the recomputed forward
-  would otherwise be recorded a second time).
+- ``capture_router_logits`` concatenates the calls of several forwards per layer along N.
+  Gradient checkpointing (non-reentrant, transformers' default) recomputes each layer in the
+  backward pass and requires the recomputation to save exactly the tensors the forward saved.
+  The raw capture runs its own ``F.linear`` inside the layer, so its hooks must stay in place
+  through ``backward()`` (as ``routing_control``'s do): call ``RouterCapture.stop()`` after the
+  forward, then backward inside the block. The hooks then still compute (the recomputation
+  saves what the forward saved, and the captured logits keep their gradient through the
+  recomputed graph) but record nothing, so the recomputed forward is not recorded a second time.
+  Reentrant checkpointing is not supported: it would cut the captured logits off the graph.
 """
 
 from __future__ import annotations
@@ -315,9 +321,16 @@ class RouterCapture:
     num_layers: int
     _logits: list[list[Tensor]] = field(default_factory=list, repr=False)
     _indices: list[list[Tensor]] = field(default_factory=list, repr=False)
+    recording: bool = True
+    """False after ``stop()``: the hooks still run (and compute) but record nothing."""
 
     def __post_init__(self) -> None:
         self.clear()
+
+    def stop(self) -> None:
+        """Stop recording; the hooks stay until the block exits, so a gradient-checkpointing
+        recomputation in ``backward()`` runs the same ops as the recorded forward."""
+        self.recording = False
 
     def clear(self) -> None:
         """Forget everything recorded so far."""
@@ -380,20 +393,23 @@ def capture_router_logits(model: nn.Module, *, detach: bool = False, raw: bool =
 
                 def pre_hook(module, args, _pos=pos):
                     h = args[0]
+                    # computed even when not recording: a checkpoint recomputation must save the same tensors
                     logits = F.linear(h.reshape(-1, module.weight.shape[1]), module.weight)
-                    cap._logits[_pos].append(logits.detach() if detach else logits)
+                    if cap.recording:
+                        cap._logits[_pos].append(logits.detach() if detach else logits)
 
                 def idx_hook(module, args, output, _pos=pos):
-                    cap._indices[_pos].append(output[2])
+                    if cap.recording:
+                        cap._indices[_pos].append(output[2])
 
                 handles.append(gate.register_forward_pre_hook(pre_hook))
                 handles.append(gate.register_forward_hook(idx_hook))
             else:
 
                 def hook(module, args, output, _pos=pos):
-                    logits = output[0]
-                    cap._logits[_pos].append(logits.detach() if detach else logits)
-                    cap._indices[_pos].append(output[2])
+                    if cap.recording:
+                        cap._logits[_pos].append(output[0].detach() if detach else output[0])
+                        cap._indices[_pos].append(output[2])
 
                 handles.append(gate.register_forward_hook(hook))
         yield cap

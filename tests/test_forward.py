@@ -132,3 +132,51 @@ def test_cache_columns_and_rows_are_assigned_in_place():
         part.pad_columns(8, full.batch_shape[1])
     with pytest.raises(ValueError, match="cannot assign"):
         cache.assign(torch.tensor([0]), part.pad_columns(2, full.batch_shape[1]))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("routing", list(RoutingMode), ids=lambda m: m.value)
+def test_gradient_checkpointing_gives_the_forward_and_gradients_of_the_plain_backward(arch, routing):
+    """Non-reentrant checkpointing recomputes each layer in backward(); the router capture's own
+    F.linear must run again there (same saved tensors) and the captured logits must keep their
+    gradient (RS without stop-gradient, the aux loss). Before the capture spanned the backward,
+    this raised torch.utils.checkpoint.CheckpointError (a different number of saved tensors)."""
+    from rspo.train.memory import enable_activation_checkpointing
+
+    model = make_tiny_moe(arch, top_k=2 if arch == "mixtral" else 1, num_experts=4).train()
+    ids, attn, resp, P = layout(seed=5)
+    cache = old_cache(model, ids, attn) if routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY) else None
+
+    def grads_of(checkpointing: bool):
+        if checkpointing:
+            enable_activation_checkpointing(model)
+        else:
+            model.gradient_checkpointing_disable()
+        model.zero_grad(set_to_none=True)
+        with policy_forward(
+            model,
+            ids,
+            attn,
+            resp,
+            P,
+            torch.arange(ids.shape[0]) // G,
+            with_entropy=True,
+            capture=True,
+            routing=routing,
+            cache=cache,
+            share_prompts=False,
+        ) as (out, _):
+            router = sum(torch.logsumexp(lg.float(), -1).sum() for lg in out.router_logits)
+            (out.logp.sum() + 0.1 * out.entropy.sum() + 0.01 * router).backward()
+            assert len(out.router_logits[0]) == ids.shape[0] * (_[1] - _[0])  # the forward, recorded once
+        return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain, g_plain = grads_of(False)
+    ckpt, g_ckpt = grads_of(True)
+    assert model.model.layers[0].gradient_checkpointing
+    torch.testing.assert_close(ckpt.logp, plain.logp, rtol=0, atol=0)
+    assert g_plain.keys() == g_ckpt.keys()
+    # the captured logits carry the router's gradient (but for freeze, whose router has none)
+    assert any(k.endswith("mlp.gate.weight") for k in g_ckpt) == (routing is not RoutingMode.FREEZE)
+    for k in g_plain:
+        torch.testing.assert_close(g_ckpt[k], g_plain[k], rtol=1e-5, atol=1e-6, msg=k)

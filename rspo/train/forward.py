@@ -14,8 +14,11 @@ and the update forward go through the same code on the same rows, so the on-poli
 reproduces the old pass bit for bit.
 
 ``share_prompts=False`` is the plain single forward. The trainer uses it with gradient
-checkpointing, where the backward recomputes each forward and the routing hooks must span the
-recomputation (``rspo.router.routing_control`` takes one cache per forward).
+checkpointing (which drops the KV cache the shared prompt needs), where the backward recomputes
+each layer: the routing hooks and the router capture both stay in place through the caller's
+``backward()`` (``rspo.router.routing_control`` takes one cache per forward; the capture stops
+recording after the forward but still runs its ops, so the recomputation saves what the forward
+saved).
 
 Window: columns [lo, hi) of the layout (``window``) hold every token of the rows; the padding
 columns outside are not forwarded (masked padding and causal attention make the trimmed forward
@@ -87,13 +90,18 @@ def policy_forward(
     replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY)
     win_cache = cache[:, lo:hi] if replay else None
     if not share_prompts:
+        # routing and capture hooks both span the caller's backward(): a gradient-checkpointing
+        # recomputation must route the same way and run the capture's own ops again (rspo.router)
         with routing_control(model, routing, win_cache):
             with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
                 out = model(
                     input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
                 )
-            logp, ent = response_logprobs(out.logits, ids, P - lo, with_entropy, temperature)
-            yield PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None), (lo, hi)
+                if capture:
+                    cap.stop()  # the recomputation is not recorded
+                logp, ent = response_logprobs(out.logits, ids, P - lo, with_entropy, temperature)
+                outputs = PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None)
+                yield outputs, (lo, hi)
         return
     from transformers import DynamicCache
 

@@ -102,6 +102,7 @@ from rspo.tasks import Task, generate_and_score, get_task, load_records
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
+from rspo.train.memory import enable_activation_checkpointing
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
 
 __all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
@@ -154,7 +155,7 @@ class Trainer:
             cfg.model.path, dtype=cfg.model.dtype, device="cpu" if self.dist.enabled else str(self.device)
         )
         if cfg.model.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            enable_activation_checkpointing(self.model)
         self.model.config.use_cache = False
         if self.dist.enabled:
             shard_model(self.model, self.dist, self.device)

@@ -1,0 +1,23 @@
+"""Activation memory of the updates: gradient checkpointing.
+
+``enable_activation_checkpointing`` turns on transformers' per-decoder-layer checkpointing in its
+non-reentrant form (``use_reentrant=False``, transformers' own default in 5.x, set explicitly here):
+the router capture (``rspo.router.capture_router_logits``) computes its logits inside the
+checkpointed layer and needs them to keep their autograd graph, which reentrant checkpointing
+would cut. The capture and routing hooks stay in place through ``backward()`` so that the
+recomputation runs the same ops (``rspo.train.forward``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Non-reentrant checkpointing of every decoder layer (transformers' layer wrappers)."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.23
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers 5.19 - 5.22
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
