@@ -1,6 +1,14 @@
 """`rspo train` (the real CLI) with the dense digit reward of tests/test_train.py, so a random tiny
-model gets non-zero advantages. Run it with plain python (one process) or under torchrun."""
+model gets non-zero advantages. Run it with plain python (one process) or under torchrun.
 
+With RSPO_TEST_MEMORY=<prefix>, each rank writes <prefix>.rank<r>.json: for the checkpoint
+resume, each save and the final checkpoint, the resident memory before (MiB) and the peak during
+(the kernel's high-water mark, reset before each phase); the final checkpoint is then written in
+files of at most RSPO_TEST_FINAL_SHARD_BYTES."""
+
+import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -19,8 +27,39 @@ def digit_task(name: str, prompt_format: str = "steps") -> Task:
     return Task("countdown-digits", base.load, base.prompt, score_batch)
 
 
+def _rss_mib() -> tuple[float, float]:
+    status = Path("/proc/self/status").read_text()
+    return tuple(int(re.search(rf"{k}:\s+(\d+)", status).group(1)) / 1024 for k in ("VmRSS", "VmHWM"))
+
+
+def probe_memory(prefix: str) -> None:
+    """Record the peak resident memory of each checkpoint phase of every rank."""
+    import rspo.train.checkpoint as checkpoint
+
+    checkpoint.FINAL_SHARD_BYTES = int(os.environ.get("RSPO_TEST_FINAL_SHARD_BYTES", checkpoint.FINAL_SHARD_BYTES))
+    rows: list[dict] = []
+
+    def wrap(name):
+        real = getattr(trainer.Trainer, name)
+
+        def measured(self, *args, **kwargs):
+            Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark
+            before, _ = _rss_mib()
+            out = real(self, *args, **kwargs)
+            rows.append({"phase": name, "before_mib": before, "peak_mib": _rss_mib()[1]})
+            Path(f"{prefix}.rank{self.dist.rank}.json").write_text(json.dumps(rows))
+            return out
+
+        setattr(trainer.Trainer, name, measured)
+
+    for name in ("_load_checkpoint", "_save_checkpoint", "_save_final"):
+        wrap(name)
+
+
 if __name__ == "__main__":
     from rspo.train.cli import main
 
     trainer.get_task = digit_task
+    if os.environ.get("RSPO_TEST_MEMORY"):
+        probe_memory(os.environ["RSPO_TEST_MEMORY"])
     sys.exit(main(sys.argv[1:]))

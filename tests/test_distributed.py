@@ -1,93 +1,25 @@
 """Data parallel training: 2 gloo processes under torchrun (FSDP2) equal one process.
 
-Both runs go through the real `rspo train` CLI (tests/dist_worker.py swaps in a dense test
-reward). Same prompts, per-row seeded rollouts, the same micro-batches split over the ranks,
-gradients summed by FSDP2: metrics and weights must agree up to float reduction order."""
+Both runs go through the real `rspo train` CLI (tests/dist_runs.py). Same prompts, per-row seeded
+rollouts, the same micro-batches split over the ranks, gradients summed by FSDP2: metrics and
+weights must agree up to float reduction order."""
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from tiny_moe import make_train_assets, train_args
+from dist_runs import assert_same_run, metrics, train, weights
+from tiny_moe import make_train_assets
 
 from rspo.config import check_world_size, train_config_from_dict
 from rspo.distributed import Dist
-
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "dist_worker.py"
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return make_train_assets(tmp_path_factory.mktemp("dist_assets"))
-
-
-def _env(**extra):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    }
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **extra)
-    return env
-
-
-def train(assets, out, nproc, *extra, algo=("algorithm.algo=gmpo", "algorithm.router_shift=true"), mlflow=None):
-    sets = [
-        *algo,
-        "rollout.max_new_tokens=10",
-        "optim.lr=3e-2",
-        "schedule.total_steps=3",
-        "schedule.micro_batch_size=4",
-        "schedule.val_every=3",
-        "schedule.val_size=7",
-        "schedule.ppo_epochs=2",
-        "schedule.keep_checkpoints=3",
-        *extra,
-    ]
-    args = train_args(assets, out, ROOT / "configs" / "smoke.yaml", *sets, threads=nproc)
-    if mlflow is None:
-        args.append("--no-mlflow")
-    launcher = (
-        [sys.executable]
-        if nproc == 1
-        else [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    )
-    env = _env(**({"MLFLOW_TRACKING_URI": mlflow} if mlflow else {}))
-    proc = subprocess.run([*launcher, str(WORKER), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return proc
-
-
-def metrics(out: Path) -> list[dict]:
-    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
-
-
-def weights(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(path / "model.safetensors"))
-
-
-def assert_same_run(a: Path, b: Path) -> None:
-    ra, rb = metrics(a), metrics(b)
-    assert [r["step"] for r in ra] == [r["step"] for r in rb] == [0, 1, 2, 3]
-    for x, y in zip(ra, rb):
-        assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
-        for k in x:
-            assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-6), (x["step"], k, x[k], y[k])
-    # weights move by ~0.2 at this learning rate; reduction-order noise through Adam leaves ~3e-5
-    wa, wb = weights(a / "final"), weights(b / "final")
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-3, atol=2e-4, msg=k)
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +60,23 @@ def test_two_gloo_processes_equal_one_process(assets, single, tmp_path):
     shutil.rmtree(resumed / "final")
     (resumed / "final.json").unlink()
     shutil.rmtree(resumed / "checkpoints" / "step_000002")
+    assert json.loads((resumed / "checkpoints" / "step_000001" / "manifest.json").read_text())["world_size"] == 2
     train(assets, resumed, 1)
     assert_same_run(single, resumed)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_one_process_resumes_in_two(assets, single, tmp_path):
+    """The sharded checkpoint (rspo.train.checkpoint) is resharded on reading: 1 -> 2 processes."""
+    resumed = tmp_path / "resumed"
+    shutil.copytree(single, resumed)
+    shutil.rmtree(resumed / "final")
+    (resumed / "final.json").unlink()
+    shutil.rmtree(resumed / "checkpoints" / "step_000002")
+    assert json.loads((resumed / "checkpoints" / "step_000001" / "manifest.json").read_text())["world_size"] == 1
+    train(assets, resumed, 2)
+    assert_same_run(single, resumed)
+    assert json.loads((resumed / "checkpoints" / "step_000002" / "manifest.json").read_text())["world_size"] == 2
 
 
 @pytest.mark.slow

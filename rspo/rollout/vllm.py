@@ -175,10 +175,11 @@ def check_cpu_head_size(model_path: str) -> None:
         )
 
 
-def checkpoint_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
+def checkpoint_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """The training model's weights as (name, full tensor) pairs in checkpoint format (the names and
     shapes ``save_pretrained`` writes), one decoder layer at a time so a large model is never whole
-    twice in memory. Under FSDP2 every parameter is all-gathered (a collective: every rank iterates)."""
+    twice in memory. Under FSDP2 every parameter is all-gathered (a collective: every rank iterates);
+    with ``dtype`` each shard is cast before the gather (fp32 master weights -> the engine's bf16)."""
     from transformers.core_model_loading import revert_weight_conversion
 
     from rspo.distributed import full_tensor
@@ -191,7 +192,7 @@ def checkpoint_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
         m = re.match(r"(.*?\.layers\.\d+\.)", name)
         groups.setdefault(m.group(1) if m else "", {})[name] = t
     for part in groups.values():
-        full = {k: full_tensor(v.detach()) for k, v in part.items()}
+        full = {k: full_tensor(v.detach() if dtype is None else v.detach().to(dtype)) for k, v in part.items()}
         yield from revert_weight_conversion(model, full).items()
 
 

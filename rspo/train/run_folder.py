@@ -9,13 +9,16 @@ read, lives here (``<out>/``):
 - ``metrics.jsonl``: one JSON line per logged step (``{"step": s, key: value, ...}``), the source
   of truth that the MLflow run mirrors. On resume, lines after the restored checkpoint are dropped
   (their work is redone).
-- ``checkpoints/step_NNNNNN/{model.safetensors, state.pt}``: full (unsharded) model and optimizer
-  state, written into a temporary folder that is renamed at the end, so a checkpoint exists whole
-  or not at all; the newest ``keep`` are kept.
+- ``checkpoints/step_NNNNNN/``: the sharded model and optimizer state, written by every rank in
+  parallel, and the trainer state (format and integrity checks: rspo.train.checkpoint). A step
+  folder is written under a temporary name and renamed when complete, so a checkpoint exists
+  whole or not at all; the older ones are deleted only after the new one is complete, so the
+  newest ``keep`` stay and a save needs room for ``keep + 1`` checkpoints for a moment.
 - ``final/`` (the final Hugging Face checkpoint) and ``final.json`` (the run's summary), written
   last: a run is complete iff ``final.json`` exists.
 
-Only the main process (rank 0) writes; the caller holds the barriers.
+Only the main process (rank 0) writes these files (checkpoint shards: every rank); the caller
+holds the barriers.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ import json
 import shutil
 from pathlib import Path
 from typing import Any
-
-import torch
 
 CKPT_DIR = "checkpoints"
 
@@ -68,47 +69,25 @@ class RunFolder:
     # ------------------------------------------------------------------ checkpoints
 
     def latest_checkpoint(self) -> Path | None:
+        """The newest complete step checkpoint (rspo.train.checkpoint.is_complete), or None."""
+        from rspo.train.checkpoint import is_complete
+
         if not self.checkpoints.is_dir():
             return None
         done = sorted(
-            (p for p in self.checkpoints.glob("step_*") if (p / "state.pt").is_file()),
-            key=lambda p: int(p.name.split("_")[1]),
+            (p for p in self.checkpoints.glob("step_*") if is_complete(p)), key=lambda p: int(p.name.split("_")[1])
         )
         return done[-1] if done else None
 
-    def save_checkpoint(self, step: int, model_sd: dict[str, torch.Tensor], state: dict[str, Any], keep: int) -> Path:
-        """Write ``checkpoints/step_<step>`` atomically; drop all but the newest ``keep``."""
-        from safetensors.torch import save_file
+    def step_dir(self, step: int) -> Path:
+        self.checkpoints.mkdir(exist_ok=True)
+        return self.checkpoints / f"step_{step:06d}"
 
-        d = self.checkpoints
-        d.mkdir(exist_ok=True)
-        final = d / f"step_{step:06d}"
-        tmp = d / f".tmp_step_{step:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        # clones: tied embeddings share storage, which safetensors refuses
-        save_file({k: v.detach().contiguous().clone() for k, v in model_sd.items()}, str(tmp / "model.safetensors"))
-        torch.save(state, tmp / "state.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # atomic: a checkpoint either exists whole or not at all
-        olds = sorted(d.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))[:-keep]
-        for p in olds:
+    def prune_checkpoints(self, keep: int) -> None:
+        """Delete all but the newest ``keep`` complete checkpoints (called after a save completed)."""
+        done = sorted(self.checkpoints.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+        for p in done[:-keep]:
             shutil.rmtree(p, ignore_errors=True)
-        return final
-
-    @staticmethod
-    def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """(model state dict, trainer state) of a checkpoint; a clear error when it is corrupt."""
-        from safetensors.torch import load_file
-
-        try:
-            model_sd = load_file(str(ckpt / "model.safetensors"))
-            state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
-        except Exception as e:  # corrupt checkpoint: say which and why
-            raise RuntimeError(
-                f"checkpoint {ckpt} is corrupt or unreadable: {e}; delete it to resume from the previous one"
-            ) from e
-        return model_sd, state
 
     # ------------------------------------------------------------------ metric lines
 

@@ -30,10 +30,11 @@ updates on its share with the same micro-batch size, and FSDP2 averages the grad
 micro-batch loss is scaled by its share of the global mini-batch times the world size, so the
 average is the single-process gradient). Old log-probs, the router cache and the
 per-micro-batch metrics are gathered, so every rank logs the same numbers and rank 0 writes
-them. Checkpoints hold full (unsharded) state dicts, so a run resumes with
-any number of processes. prompts_per_step and the rows of a mini-batch (mini_batch_prompts x
-group_size) must divide by the world size; for equality with a single process, the micro-batch
-size should divide the per-rank rows of a mini-batch, so both runs see the same micro-batches.
+them. Checkpoints are sharded (every rank writes and reads its own shards, rspo.train.checkpoint)
+and resharded on reading, so a run resumes with any number of processes. prompts_per_step and
+the rows of a mini-batch (mini_batch_prompts x group_size) must divide by the world size; for
+equality with a single process, the micro-batch size should divide the per-rank rows of a
+mini-batch, so both runs see the same micro-batches.
 
 Deviations / choices the paper leaves open:
 - Learning-rate schedule: linear warmup then constant (verl's default); the paper gives no lr.
@@ -69,10 +70,8 @@ import torch
 from rspo.config import TrainConfig, check_world_size
 from rspo.distributed import (
     Dist,
-    full_state_dicts,
     full_tensor,
     init_distributed,
-    load_full_state_dicts,
     rank_device,
     shard_model,
 )
@@ -84,7 +83,6 @@ from rspo.models import (
     read_meta,
     resolve_device,
     response_slice,
-    save_checkpoint,
     set_threads,
 )
 from rspo.progress import Progress, train_progress_metrics
@@ -99,6 +97,7 @@ from rspo.router import (
 )
 from rspo.seeding import derive_seed
 from rspo.tasks import Task, generate_and_score, get_task, load_records
+from rspo.train import checkpoint
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
@@ -267,28 +266,23 @@ class Trainer:
         return self.folder.latest_checkpoint()
 
     def _save_checkpoint(self) -> None:
-        """Full (unsharded) model and optimizer state, written atomically by rank 0 (RunFolder)."""
-        model_sd, optim_sd = full_state_dicts(self.model, self.optimizer)  # collective
-        if self.dist.is_main:
-            state = {
-                "step": self.step,
-                "optimizer": optim_sd,
-                "scheduler": self.scheduler.state_dict(),
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-                "collapse": self.collapse.state_dict(),
-                "nonfinite_in_row": self.nonfinite_in_row,
-                "mlflow_run_id": self.tracker.run_id if self.tracker else None,
-            }
-            self.folder.save_checkpoint(self.step, model_sd, state, self.cfg.schedule.keep_checkpoints)
+        """Sharded model and optimizer state, written by every rank in parallel (rspo.train.checkpoint)."""
+        state = {
+            "step": self.step,
+            "scheduler": self.scheduler.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "collapse": self.collapse.state_dict(),
+            "nonfinite_in_row": self.nonfinite_in_row,
+            "mlflow_run_id": self.tracker.run_id if self.tracker else None,
+        }
+        checkpoint.save(self.folder.step_dir(self.step), self.model, self.optimizer, state, self.dist)
+        if self.dist.is_main:  # the older ones only once the new one is complete
+            self.folder.prune_checkpoints(self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
 
     def _load_checkpoint(self, ckpt: Path) -> str | None:
-        """Every rank reads the full state and keeps its shard (any world size can resume)."""
-        model_sd, state = self.folder.load_checkpoint(ckpt)
-        try:
-            load_full_state_dicts(self.model, model_sd, self.optimizer, state["optimizer"])
-        except (KeyError, ValueError, RuntimeError) as e:
-            raise RuntimeError(f"checkpoint {ckpt} does not match the model or optimizer: {e}") from e
+        """Every rank reads its own shards (any world size resumes any other's checkpoint)."""
+        state = checkpoint.load(ckpt, self.model, self.optimizer, self.dist)
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
@@ -708,18 +702,11 @@ class Trainer:
     # ------------------------------------------------------------------ main loop
 
     def _save_final(self, meta: dict[str, Any]) -> None:
-        """The final HF checkpoint; under FSDP the full state is gathered into a plain model on rank 0."""
-        if not self.dist.enabled:
-            save_checkpoint(self.model, self.tokenizer, self.out / "final", meta=meta)
-            return
-        model_sd, _ = full_state_dicts(self.model)  # collective
-        if self.dist.is_main:
-            from transformers import AutoModelForCausalLM
-
-            plain = AutoModelForCausalLM.from_config(self.model.config, dtype=next(iter(model_sd.values())).dtype)
-            plain.load_state_dict(model_sd, strict=True)
-            save_checkpoint(plain, self.tokenizer, self.out / "final", meta=meta)
-        self.dist.barrier()
+        """The final HF checkpoint in the preset's dtype, streamed layer by layer (rspo.train.checkpoint)."""
+        dtype = getattr(torch, self.cfg.model.dtype)
+        checkpoint.write_hf_checkpoint(
+            self.model, self.tokenizer, self.out / "final", dtype=dtype, meta=meta, dist=self.dist
+        )
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg

@@ -1,0 +1,92 @@
+"""`rspo train` runs in one process or under torchrun (gloo), for the data-parallel and checkpoint
+tests: both go through the real CLI (tests/dist_worker.py swaps in a dense test reward)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_moe import train_args
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "dist_worker.py"
+
+
+def env(**extra):
+    out = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
+    out.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **extra)
+    return out
+
+
+def launcher(nproc: int) -> list[str]:
+    if nproc == 1:
+        return [sys.executable]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+
+
+def train(
+    assets,
+    out,
+    nproc,
+    *extra,
+    algo=("algorithm.algo=gmpo", "algorithm.router_shift=true"),
+    mlflow=None,
+    check=True,
+    timeout=600,
+    **env_extra,
+):
+    """Three steps of `rspo train` (ckpt every step) on the assets of tiny_moe.make_train_assets."""
+    sets = [
+        *algo,
+        "rollout.max_new_tokens=10",
+        "optim.lr=3e-2",
+        "schedule.total_steps=3",
+        "schedule.micro_batch_size=4",
+        "schedule.val_every=3",
+        "schedule.val_size=7",
+        "schedule.ppo_epochs=2",
+        "schedule.keep_checkpoints=3",
+        *extra,
+    ]
+    args = train_args(assets, out, ROOT / "configs" / "smoke.yaml", *sets, threads=nproc)
+    if mlflow is None:
+        args.append("--no-mlflow")
+    e = env(**({"MLFLOW_TRACKING_URI": mlflow} if mlflow else {}), **env_extra)
+    proc = subprocess.run(
+        [*launcher(nproc), str(WORKER), *args], env=e, capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc
+
+
+def metrics(out: Path) -> list[dict]:
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    ra, rb = metrics(a), metrics(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb] == [0, 1, 2, 3]
+    for x, y in zip(ra, rb):
+        assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
+        for k in x:
+            assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-6), (x["step"], k, x[k], y[k])
+    # weights move by ~0.2 at this learning rate; reduction-order noise through Adam leaves ~3e-5
+    wa, wb = weights(a / "final"), weights(b / "final")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-3, atol=2e-4, msg=k)
