@@ -2,7 +2,7 @@
 #
 #   snakemake --cores all                        # configs/small.yaml (default preset)
 #   snakemake --cores all --config preset=smoke  # another preset; seeds=[0,1,2] replaces seeds
-#   snakemake fig4_plugin | table_main | results/small/figures/fig4_plugin.pdf
+#   snakemake --cores all fig4_plugin | table_main | results/small/figures/fig4_plugin.pdf
 #   snakemake --profile cluster --config preset=paper_small   # SLURM (see cluster/)
 #   snakemake --report report.html               # HTML report with every figure and caption
 #
@@ -47,6 +47,7 @@ report: "workflow/report/workflow.rst"
 localrules:
     all,
     fig_plugin_small,
+    fetch_model,
 
 
 # Create the MLflow store, the preset's experiment and its report run once, before any job

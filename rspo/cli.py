@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "parity": "rspo.parity:main",
     "sweep": "rspo.sweep:main",
     "archive": "rspo.archive:main",
+    "fetch-model": "rspo.hub:main",
     "mlflow-init": "rspo.mlflow_commands:init_main",
     "mlflow-sync": "rspo.mlflow_commands:sync_main",
     "mlflow-ui": "rspo.mlflow_commands:ui_main",
@@ -44,6 +45,7 @@ commands:
   parity       TRL's GRPOTrainer on the same base, prompts and verifier (an outside anchor for GRPO)
   sweep        run regime-choosing trials from a sweep file and write the trial table
   archive      pack a preset's run files into a checksummed archive, check or unpack one
+  fetch-model  fetch a hub model once into a local folder (offline: from the hub cache)
   mlflow-init  create the MLflow store and experiment once, before jobs start
   mlflow-sync  record in the MLflow store what the result files hold and the store lacks
   mlflow-ui    `mlflow ui` on a preset's store; prints the address of its runs table

@@ -61,8 +61,14 @@ class ModelConfig:
     """torch intra-op threads; 0 = the cores the job was given (Snakemake `threads`, OMP_NUM_THREADS)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (large models)."""
+    collective_timeout_min: int = 30
+    """torchrun jobs: minutes a collective may wait for the other ranks before the job fails (the
+    process group's timeout). A save, a long rollout on one rank and a slow filesystem all count;
+    the paper presets allow 60."""
 
     def validate(self, prefix: str) -> None:
+        if self.collective_timeout_min < 1:
+            raise _err(f"{prefix}.collective_timeout_min", f"must be >= 1, got {self.collective_timeout_min}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise _err(f"{prefix}.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -84,7 +90,10 @@ class DataConfig:
     max_prompt_tokens: int = 512
     """Prompts longer than this are dropped when the data is loaded."""
     reward_workers: int = 1
-    """Worker processes for the verifier (math-verify needs processes: it uses signal.alarm)."""
+    """Worker processes for the verifier (math-verify needs processes: it uses signal.alarm; code
+    runs in sandboxes with time limits). A budget per node: the ranks of a torchrun job on one node
+    share it (each gets reward_workers // ranks, at least 1), so the node's CPUs are not
+    oversubscribed and correct programs do not hit their time limits."""
 
     def validate(self, prefix: str) -> None:
         if self.task not in TASKS:
@@ -271,6 +280,12 @@ class TrackingConfig:
             raise _err(f"{prefix}.collapse_kl_spike", "must be > 1")
 
 
+# Settings that change how a run executes, not what it computes (TrainConfig.fingerprint).
+EXECUTION_ONLY: tuple[str, ...] = ("model.collective_timeout_min",)
+# Settings added after runs existed, with the value those runs had: counted in the fingerprint
+# only where they differ from it (TrainConfig.fingerprint).
+ADDED_LATER: dict[str, Any] = {}
+
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "data": DataConfig,
@@ -303,8 +318,22 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def fingerprint(self) -> str:
-        """Hash of the resolved config: a run folder with another fingerprint is another run."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=list).encode()).hexdigest()[:16]
+        """Hash of the resolved config: a run folder with another fingerprint is another run.
+
+        Settings in ``EXECUTION_ONLY`` are left out: they change how a run executes (timeouts,
+        memory layout), not what it computes, so changing one (say, a longer timeout after a job
+        timed out) resumes the run instead of refusing its folder, and Snakemake does not rerun it.
+        Settings added after runs already existed (``ADDED_LATER``) count only where they differ
+        from their default, so a run configured before they existed keeps its identity."""
+        d = self.to_dict()
+        for key in EXECUTION_ONLY:
+            section, name = key.split(".")
+            d[section].pop(name, None)
+        for key, default in ADDED_LATER.items():
+            section, name = key.split(".")
+            if d[section].get(name) == default:
+                d[section].pop(name)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def flat_params(self) -> dict[str, str]:
         """Flattened `section/key` params for MLflow."""

@@ -18,11 +18,23 @@ of the GLOBAL mini-batch times the world size, so the average is the single-proc
 
 Every collective below must be called by all ranks in the same order; the trainer guarantees it
 by giving every rank the same number of prompts, micro-batches and generated tokens per step.
+
+Failing together (``fail_together``): an exception on one rank (a reward worker that crashed, an
+empty mask, a corrupt shard) would leave the other ranks waiting in their next collective until
+the process group's timeout, if the failing process did not exit (a thread that is still running
+keeps a Python process alive after its main thread raised). Under torchrun the failing rank
+therefore writes one line naming itself, the step and the error, records the error where
+torchrun's summary finds it (its "Root Cause" then shows the message), and leaves at once
+(``os._exit(1)``); torchrun then stops the other ranks within seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +53,11 @@ class Dist:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world < 1:
             raise ValueError(f"WORLD_SIZE must be >= 1, got {world}")
-        return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")), local)
+
+    local_world_size: int = 1
+    """Processes of this job on this node (torchrun's LOCAL_WORLD_SIZE)."""
 
     @property
     def enabled(self) -> bool:
@@ -50,6 +66,11 @@ class Dist:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def node_share(self, budget: int) -> int:
+        """This rank's share of a per-node budget (reward worker processes: the node's CPUs are
+        shared by its ranks, so 8 ranks x 16 workers would oversubscribe them), at least 1."""
+        return max(1, budget // self.local_world_size)
 
     def shard_bounds(self, n: int) -> tuple[int, int]:
         """[lo, hi) of this rank's contiguous share of n items; n must divide by the world size."""
@@ -105,19 +126,22 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(device: torch.device) -> Dist:
+def init_distributed(device: torch.device, timeout_min: float = 30) -> Dist:
     """Start the process group when launched by torchrun (no-op otherwise) -> Dist.
 
     ``device`` is the device the model will live on: CUDA ranks use NCCL and their LOCAL_RANK
-    GPU, CPU ranks use gloo.
+    GPU, CPU ranks use gloo. ``timeout_min``: how long a collective waits for the other ranks
+    before the job fails (rl.model.collective_timeout_min; NCCL's own default is 10 minutes).
     """
+    from datetime import timedelta
+
     d = Dist.from_env()
     if not d.enabled:
         return d
     if not tdist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(d.local_rank)
-        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_min))
     if tdist.get_world_size() != d.world_size or tdist.get_rank() != d.rank:
         raise RuntimeError(
             f"process group (rank {tdist.get_rank()} of {tdist.get_world_size()}) disagrees "
@@ -203,3 +227,52 @@ def load_full_state_dicts(
         raise KeyError(f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
     if optimizer is not None and optim_sd is not None:
         set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+
+
+def _peer_failure(e: BaseException) -> bool:
+    """Whether an error is a collective broken by another rank's exit (gloo's closed or reset
+    connection, an NCCL backend error) rather than this rank's own failure."""
+    if isinstance(e, getattr(tdist, "DistError", ())):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and (
+        "gloo/transport" in text or "Connection closed by peer" in text or "Connection reset by peer" in text
+    )
+
+
+@contextlib.contextmanager
+def fail_together(
+    d: Dist, label: str, where: Callable[[], str] = lambda: "", peer_grace_s: float = 10.0
+) -> Iterator[None]:
+    """Under torchrun, an exception in the block ends this rank at once, named in the log (see
+    the module docstring); in one process the exception propagates as usual.
+
+    A rank whose collective broke because another rank exited says so and waits up to
+    ``peer_grace_s`` for torchrun to stop it, without recording an error: torchrun's summary then
+    names the rank that failed first as the root cause."""
+    try:
+        yield
+    except Exception as e:
+        if not d.enabled:
+            raise
+        at = where()
+        head = f"[{label}] rank {d.rank} of {d.world_size}"
+        if _peer_failure(e):
+            print(
+                f"{head} stopped{' ' + at if at else ''}: a collective failed ({type(e).__name__}): "
+                "another rank failed first, see its line",
+                file=sys.stderr,
+                flush=True,
+            )
+            import time
+
+            time.sleep(peer_grace_s)
+            os._exit(1)
+        traceback.print_exc()
+        print(f"{head} failed{' ' + at if at else ''}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):  # torchrun's error file: the summary shows this error
+            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+            ErrorHandler().record_exception(e)
+        sys.stdout.flush()
+        os._exit(1)

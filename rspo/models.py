@@ -149,9 +149,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 def check_checkpoint(path: str | Path) -> bool:
     """Validate a local checkpoint folder (clear errors); False if ``path`` is a hub id."""
+    from rspo.hub import is_hub_id
+
     p = Path(path)
-    s = str(path)
-    if not p.exists() and _looks_like_hub_id(s) and not s.startswith((".", "/", "~")):
+    if is_hub_id(path):
         return False
     if not p.is_dir():
         raise FileNotFoundError(f"model checkpoint folder not found: {p}")
@@ -163,9 +164,13 @@ def check_checkpoint(path: str | Path) -> bool:
 
 
 def load_model(path: str | Path, dtype: str = "float32", device: str = "auto"):
-    """Load a checkpoint (local folder or hub id) with clear errors for missing/corrupt files."""
+    """Load a checkpoint (local folder, or hub id: its snapshot in the hub cache, rspo.hub) with
+    clear errors for missing/corrupt files."""
     from transformers import AutoModelForCausalLM
 
+    from rspo.hub import resolve_model
+
+    path = resolve_model(path)
     check_checkpoint(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
@@ -174,17 +179,14 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto"):
     return model.to(resolve_device(device))
 
 
-def _looks_like_hub_id(s: str) -> bool:
-    parts = s.split("/")
-    return len(parts) == 2 and all(parts) and not Path(s).exists()
-
-
 def load_tokenizer_checked(path: str | Path, expected_fingerprint: str | None = None):
     """Tokenizer of a checkpoint; with a fingerprint, a mismatch (another tokenizer) is an error."""
     from transformers import AutoTokenizer
 
+    from rspo.hub import resolve_model
     from rspo.tokenizer import tokenizer_fingerprint
 
+    path = resolve_model(path)
     check_checkpoint(path)
     tok = AutoTokenizer.from_pretrained(str(path))
     if expected_fingerprint:

@@ -4,7 +4,11 @@ model gets non-zero advantages. Run it with plain python (one process) or under 
 With RSPO_TEST_MEMORY=<prefix>, each rank writes <prefix>.rank<r>.json: for the checkpoint
 resume, each save and the final checkpoint, the resident memory before (MiB) and the peak during
 (the kernel's high-water mark, reset before each phase); the final checkpoint is then written in
-files of at most RSPO_TEST_FINAL_SHARD_BYTES."""
+files of at most RSPO_TEST_FINAL_SHARD_BYTES.
+
+With RSPO_TEST_FAIL_RANK=<r>, rank r raises in its first update of step 1 while a thread it started
+is still running (as a reward pool or an engine thread would be), which alone keeps a Python
+process alive after its main thread raised."""
 
 import json
 import os
@@ -56,10 +60,27 @@ def probe_memory(prefix: str) -> None:
         wrap(name)
 
 
+def fail_on_rank(rank: int) -> None:
+    import threading
+    import time
+
+    real = trainer.Trainer._update_mini_batch
+
+    def failing(self, *args, **kwargs):
+        if self.dist.rank == rank and self.step == 1:
+            threading.Thread(target=time.sleep, args=(600,)).start()
+            raise ValueError("reward worker crashed (test)")
+        return real(self, *args, **kwargs)
+
+    trainer.Trainer._update_mini_batch = failing
+
+
 if __name__ == "__main__":
     from rspo.train.cli import main
 
     trainer.get_task = digit_task
+    if os.environ.get("RSPO_TEST_FAIL_RANK"):
+        fail_on_rank(int(os.environ["RSPO_TEST_FAIL_RANK"]))
     if os.environ.get("RSPO_TEST_MEMORY"):
         probe_memory(os.environ["RSPO_TEST_MEMORY"])
     sys.exit(main(sys.argv[1:]))

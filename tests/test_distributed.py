@@ -89,6 +89,27 @@ def test_two_processes_with_index_replay_equal_one_process(assets, tmp_path):
     assert_same_run(ref, dp)
 
 
+@pytest.mark.slow
+def test_an_error_on_one_rank_stops_every_rank_within_seconds_naming_it(assets, tmp_path):
+    """Rank 1 raises mid-step with a thread still running (which alone kept the process alive:
+    the code before waited in rank 0's next collective until the process group's timeout, over
+    120 s in this test). Now: both exit non-zero within seconds, the log names the rank, the
+    step and the error, and torchrun's summary names rank 1 as the root cause."""
+    import re
+    import time
+
+    t0 = time.monotonic()
+    proc = train(assets, tmp_path / "run", 2, check=False, timeout=120, RSPO_TEST_FAIL_RANK="1")
+    elapsed = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert elapsed < 60, elapsed  # measured: 6 s (model set-up and one step included)
+    log = proc.stdout + proc.stderr
+    assert "[rspo train] rank 1 of 2 failed at step 1: ValueError: reward worker crashed (test)" in log
+    assert "[rspo train] rank 0 of 2 stopped at step 1: a collective failed" in log
+    root = log[log.index("Root Cause") :]
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)", root) and "reward worker crashed (test)" in root, root
+
+
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(assets):
     rl = {
         "model": {"path": str(assets / "base")},
@@ -111,5 +132,11 @@ def test_dist_defaults_to_one_process(monkeypatch):
     assert not d.enabled and d.is_main and d.shard_bounds(6) == (0, 6)
     assert d.all_gather_object({"a": 1}) == [{"a": 1}] and d.any(True) and not d.any(False)
     assert Dist(rank=1, world_size=3).shard_bounds(6) == (2, 4)
+    # reward workers are a per-node budget shared by the node's ranks
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    d = Dist.from_env()
+    assert d.local_world_size == 8 and d.node_share(16) == 2 and d.node_share(4) == 1
+    assert Dist().node_share(16) == 16
     with pytest.raises(ValueError, match="evenly"):
         Dist(rank=0, world_size=4).shard_bounds(6)

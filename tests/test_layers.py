@@ -17,7 +17,10 @@ PKG = ROOT / "rspo"
 
 # Lowest floor first. A pattern ending in ".*" covers a subpackage and all its modules.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("helpers without rspo imports", ["rspo", "rspo.jsonl", "rspo.seeding", "rspo.progress", "rspo.distributed"]),
+    (
+        "helpers without rspo imports",
+        ["rspo", "rspo.jsonl", "rspo.seeding", "rspo.progress", "rspo.distributed", "rspo.hub"],
+    ),
     ("configuration and the planner (no torch)", ["rspo.config", "rspo.plan"]),
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),
     ("data sets and tokenizers", ["rspo.data", "rspo.data.*", "rspo.tokenizer"]),

@@ -177,6 +177,16 @@ def test_evaluate_countdown_writes_accuracy_reasons_and_samples(setup, tmp_path)
         assert 0.0 <= split["accuracy"] <= 1.0 and split["n"] == 8
         assert sum(split["reasons"].values()) == 8
         assert split["samples"] and {"prompt", "completion", "score", "reason"} <= set(split["samples"][0])
+    assert res["config"]["max_new_tokens"] == 12 and res["config"]["dtype"] == "float32"
+
+    # a preset that trains in bf16 is evaluated in bf16 (rl.model.dtype), as the runs were trained
+    bf16 = tmp_path / "bf16.yaml"
+    data = yaml.safe_load(Path(preset).read_text())
+    data.setdefault("rl", {}).setdefault("model", {})["dtype"] = "bfloat16"
+    bf16.write_text(yaml.safe_dump(data))
+    args = ["countdown", "--preset", str(bf16), "--model", str(out), "--data", str(root / "data")]
+    assert main([*args, "--out", str(tmp_path / "b.json"), "--no-mlflow", "--max-new-tokens", "4"]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["config"]["dtype"] == "bfloat16"
 
 
 def test_pretraining_and_evaluation_in_a_log_write_parseable_progress_lines(setup, tmp_path, capsys):

@@ -252,3 +252,55 @@ def json_load(path: Path):
     import json
 
     return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------------------- the SLURM submission
+
+FAKE_SBATCH = """#!/bin/sh
+echo "sbatch $*" >> "$FAKE_SBATCH_LOG"
+echo "sbatch: error: recorded by the test, not submitted" >&2
+exit 1
+"""
+
+
+def test_the_cluster_profile_asks_slurm_for_one_node_with_the_presets_gpus_and_threads(ws, tmp_path):
+    """The sbatch line the SLURM plugin builds for a paper train job and a paper evaluation job
+    (a recording `sbatch` first on PATH: no cluster needed): all 8 GPUs on one node (--nodes=1,
+    where torchrun --standalone starts the 8 processes), and the preset's threads as
+    --cpus-per-task. Before: no --nodes (SLURM could spread the GPUs over nodes), and 2 CPUs per
+    task here (the workflow profile's cores: all capped every job at the submit host's cores)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in {"sbatch": FAKE_SBATCH, "sacct": "#!/bin/sh\necho acct\n"}.items():
+        (bin_dir / name).write_text(text)
+    for name in ("sshare", "sacctmgr"):
+        (bin_dir / name).write_text("#!/bin/sh\necho acct\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    res = ws / "results" / "paper_large_math"
+    (res / "data" / "math").mkdir(parents=True)
+    (res / "data" / "math" / "train.jsonl").write_text("")  # inputs exist: only the two jobs are submitted
+    hub = ws / "results" / "hub" / "Qwen--Qwen3-30B-A3B"
+    hub.mkdir(parents=True)
+    (hub / "rspo_snapshot.json").write_text("{}")
+    log = tmp_path / "sbatch.log"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SBATCH_LOG=str(log))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    targets = [
+        "results/paper_large_math/runs/math-gmpo-rs0.8-s0/final.json",
+        "results/paper_large_math/eval/base/math.json",
+    ]
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "cluster", "--jobs", "2", *targets]
+    r = subprocess.run(
+        [*cmd, "--config", "preset=paper_large_math"], cwd=ws, env=env, text=True, capture_output=True, timeout=300
+    )
+    assert r.returncode != 0 and log.is_file(), r.stdout[-3000:] + r.stderr[-3000:]  # submitted, then refused
+    lines = {("train" if "rule_train" in ln else "evaluate"): ln for ln in log.read_text().splitlines()}
+    plan = Plan.from_file(ROOT / "configs" / "paper_large_math.yaml")
+    for kind, line in lines.items():
+        want = plan.resources(kind)
+        assert "--nodes=1" in line, line[:400]
+        assert f"--gpus={want['gpu']}" in line and want["gpu"] == 8, line[:400]
+        assert f"--cpus-per-task={want['threads']}" in line, line[:400]
+        assert f"--mem {want['mem_mb']}" in line, line[:400]
+    assert set(lines) == {"train", "evaluate"}

@@ -3,7 +3,9 @@
     python -m rspo evaluate countdown --preset configs/small.yaml --model results/small/runs/grpo-s0/final \
         --data results/small/data/countdown --out results/small/eval/grpo-s0/countdown.json
 
-Settings come from the preset's ``eval.<family>`` mapping; flags override them. A Countdown
+Settings come from the preset's ``eval.<family>`` mapping; flags override them. The model is
+loaded in the dtype and on the device of the preset's runs (``rl.model``, or the family's
+``tasks.<family>.model``), and the result's ``config`` records every decoding setting used. A Countdown
 evaluation records per split its accuracy, the per-problem scores (``scores``, in split order, for
 paired analyses) and the failure reasons. Decoding is greedy
 by default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with
@@ -56,6 +58,11 @@ def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
     if getattr(args, "benchmarks", None):
         s["benchmarks"] = args.benchmarks
     s.setdefault("backend", ((preset.get("rl") or {}).get("rollout") or {}).get("backend", "hf"))
+    # evaluate in the precision and on the device the runs trained with (rl.model, or the task's overlay)
+    model = dict((preset.get("rl") or {}).get("model") or {})
+    model.update((((preset.get("tasks") or {}).get(family) or {}).get("model")) or {})
+    s.setdefault("dtype", model.get("dtype", "float32"))
+    s.setdefault("device", model.get("device", "auto"))
     return s
 
 
@@ -105,9 +112,17 @@ def evaluate_countdown(
         model_dir,
         settings.get("backend", "hf"),
         max_new_tokens=max_new,
+        dtype=settings.get("dtype", "float32"),
+        device=settings.get("device", "auto"),
         progress=progress.advance if progress else None,
     )
-    out: dict[str, Any] = {"model": str(model_dir), "temperature": temperature, "n": n, "splits": {}}
+    out: dict[str, Any] = {
+        "model": str(model_dir),
+        "temperature": temperature,
+        "n": n,
+        "config": {**gen.settings, "temperature": temperature, "n": n},
+        "splits": {},
+    }
     for split in settings.get("splits", ["val", "val_target"]):
         records = load_split(Path(data_dir) / f"{split}.jsonl")
         limit = int(settings.get("size", settings.get("limit", 0)) or 0)
@@ -204,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             args.model,
             settings.get("backend", "hf"),
             max_new_tokens=int(settings.get("max_new_tokens", 512)),
+            dtype=settings["dtype"],
+            device=settings["device"],
             progress=progress.advance,
         )
         kwargs = {k: settings[k] for k in ("benchmarks", "limit", "temperature", "workers") if k in settings}
@@ -218,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             result = suites.evaluate_code(gen, **kwargs)
         progress.close()
         result["model"] = str(args.model)
+        result["config"].update(gen.settings)  # what decoded: backend, dtype, token budget, top-p, seed
     result["wall_time_s"] = time.time() - t0
     from rspo.jsonl import write_json_atomic
 

@@ -39,33 +39,45 @@ def load_generator(
     batch_size: int = 64,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    engine_options: dict | None = None,
 ) -> Callable[[list[str], int, float], list[list[str]]]:
     """A ``generate_fn(prompts, n, temperature) -> list[list[str]]`` for evaluation suites.
 
-    ``progress(k)`` is called after each batch with the number of prompts it answered."""
+    The model is loaded in ``dtype`` (the preset's: evaluate what was trained, in its precision).
+    vLLM gets every prompt of a call at once and schedules them itself (continuous batching); the
+    hf backend decodes ``batch_size`` rows at a time. Seeds: call k of the generator uses seed
+    ``seed * 1_000_003 + k`` and each prompt's rows are seeded by their index in the call, so the
+    samples do not depend on how the hf backend chunks a call. ``progress(k)`` is called after
+    each batch with the number of prompts it answered. ``generate_fn.settings`` records what was
+    used (backend, dtype, max_new_tokens, top_p, seed, batching) for the result files."""
+    from rspo.hub import resolve_model
     from rspo.models import load_model, load_tokenizer_checked
 
+    model_dir = resolve_model(model_dir)
     tokenizer = load_tokenizer_checked(model_dir)
     model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
     engine = (
-        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=seed)
+        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=seed, **(engine_options or {}))
         if backend == "vllm"
         else make_backend("hf", model, tokenizer)
     )
     calls = {"k": 0}
 
     def generate_fn(prompts: list[str], n: int = 1, temperature: float = 0.0) -> list[list[str]]:
+        calls["k"] += 1
+        call_seed = seed * 1_000_003 + calls["k"]
+        per = len(prompts) if backend == "vllm" else max(1, batch_size // max(n, 1))
         out: list[list[str]] = []
-        for start in range(0, len(prompts), max(1, batch_size // max(n, 1))):
-            chunk = prompts[start : start + max(1, batch_size // max(n, 1))]
-            calls["k"] += 1
+        for start in range(0, len(prompts), max(1, per)):
+            chunk = prompts[start : start + per]
             batch = engine.generate(
                 chunk,
                 n,
                 temperature=temperature,
                 top_p=top_p,
                 max_new_tokens=max_new_tokens,
-                seed=seed * 1_000_003 + calls["k"],
+                seed=call_seed,
+                row_offset=start * n,
             )
             for i in range(len(chunk)):
                 out.append(batch.responses[i * n : (i + 1) * n])
@@ -73,4 +85,12 @@ def load_generator(
                 progress(len(chunk))
         return out
 
+    generate_fn.settings = {
+        "backend": backend,
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "top_p": top_p,
+        "seed": seed,
+        "batching": "every prompt of a call at once" if backend == "vllm" else f"{batch_size} rows at a time",
+    }
     return generate_fn

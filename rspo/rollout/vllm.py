@@ -262,6 +262,9 @@ class VLLMBackend:
         if engine is None:
             if not model_path:
                 raise ValueError("rollout.backend=vllm: model_path (a checkpoint folder) is required")
+            from rspo.hub import resolve_model
+
+            model_path = resolve_model(model_path)  # a hub id -> its local snapshot (the loader reads files)
             LLM, sampling_params_cls = _import_vllm()
             on_cpu = _on_cpu() if on_cpu is None else on_cpu
             if on_cpu:

@@ -10,7 +10,8 @@ a folder that holds a run with another config is refused.
 Data parallel: launch the same command under torchrun, e.g.
 ``torchrun --standalone --nproc-per-node 2 -m rspo train ...`` (gloo on CPU, NCCL on GPUs). The
 model is sharded with FSDP2, ``--threads`` is the job's total and is split over the processes,
-and rank 0 writes the run folder and the MLflow run.
+and rank 0 writes the run folder and the MLflow run. An error on one rank stops every rank within
+seconds; the log names the failing rank, the step and the error (rspo.distributed.fail_together).
 
 Progress (rank 0; off with ``--quiet``): a bar on a terminal, else one line per step in the log,
 ``[train <run>] step 12/80 (15%) elapsed 0:00:14 eta 0:01:19 s/step 1.12 reward 0.531 val - ...``
@@ -101,12 +102,17 @@ def main(argv: list[str] | None = None) -> int:
             tracker.log_datasets([(p, c) for p, c in files if Path(p).is_file()])
             return tracker
 
-    try:
-        trainer = Trainer(cfg, args.out, tracker_factory=factory, quiet=args.quiet)
-    except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
-        print(f"rspo train: {e}", file=sys.stderr)
-        return 2
-    final = trainer.run()
+    from rspo.distributed import Dist, fail_together
+
+    trainer = None
+    # under torchrun, an error on one rank ends every rank promptly, the failing one named in the log
+    with fail_together(Dist.from_env(), "rspo train", lambda: f"at step {trainer.step}" if trainer else "at start"):
+        try:
+            trainer = Trainer(cfg, args.out, tracker_factory=factory, quiet=args.quiet)
+        except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
+            print(f"rspo train: {e}", file=sys.stderr)
+            return 2
+        final = trainer.run()
     if trainer.dist.is_main:
         print(json.dumps({k: final[k] for k in ("run_name", "steps", "collapsed")}))
     if trainer.dist.enabled:

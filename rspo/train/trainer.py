@@ -137,9 +137,10 @@ class Trainer:
         self.folder = RunFolder(out_dir, cfg.fingerprint())
         self.out = self.folder.out
         set_threads(cfg.model.threads)
-        self.dist: Dist = init_distributed(resolve_device(cfg.model.device))
+        self.dist: Dist = init_distributed(resolve_device(cfg.model.device), cfg.model.collective_timeout_min)
         if self.dist.enabled:
             check_world_size(cfg, self.dist.world_size)
+        self.reward_workers = self.dist.node_share(cfg.data.reward_workers)  # a per-node budget
         self.device = rank_device(resolve_device(cfg.model.device), self.dist)
         self.task: Task = task or get_task(cfg.data.task, cfg.data.prompt_format)
         self.train_records = load_records(self.task, cfg.data.train_path)
@@ -554,7 +555,7 @@ class Trainer:
         )
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
-        local_scored = self.task.score_batch(local.responses, per_response, cfg.data.reward_workers)
+        local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
         batch, scored = self._gather_rollout(local, local_scored)
         return batch, torch.tensor([s for s, _ in scored], dtype=torch.float32), t_gen
 
@@ -691,7 +692,7 @@ class Trainer:
                 mine,
                 temperature=self.cfg.rollout.val_temperature,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
-                workers=self.cfg.data.reward_workers,
+                workers=self.reward_workers,
                 seed=derive_seed(self.cfg.seed, self.step, 3),
                 row_offset=lo,
             )

@@ -123,16 +123,40 @@ def bench_threads():
 # ---------------------------------------------------------------------------- models and data
 
 
+# Hub models are fetched once into HUB_DIR/<org>--<name> (rule fetch_model, rspo.hub); every
+# job reads that folder. A preset's model.path that is a local folder is read as it is.
+HUB_DIR = str(config.get("hub_dir") or "results/hub")
+
+
+def hub_folder(task):
+    """The local folder of a task's hub model ('' when the base is pretrained here or a folder)."""
+    from rspo.hub import is_hub_id, slug
+
+    model = PLAN.hub_model(task)
+    return f"{HUB_DIR}/{slug(model)}" if model and is_hub_id(model) else ""
+
+
 def base_model(task):
-    """What `--base-model` / `--model` gets for a task's base: a hub id or a local folder."""
-    return PLAN.hub_model(task) or f"{R}/models/{PLAN.base_dir(task)}"
+    """What `--base-model` / `--model` gets for a task's base: the fetched hub model's folder, the
+    preset's own folder, or the model pretrained here."""
+    return hub_folder(task) or PLAN.hub_model(task) or f"{R}/models/{PLAN.base_dir(task)}"
 
 
 def base_marker(task):
-    """The file that proves the local base model is complete ([] for a hub model)."""
+    """The file that proves the base model is complete: the fetched snapshot's marker, the
+    pretraining marker, or nothing for a folder the preset names."""
+    if hub_folder(task):
+        return [f"{hub_folder(task)}/rspo_snapshot.json"]
     if PLAN.hub_model(task):
         return []
     return [f"{R}/models/{PLAN.base_dir(task)}/pretrain.json"]
+
+
+def hub_models():
+    """{folder slug: hub id} of the hub models this preset's tasks start from."""
+    from rspo.hub import slug
+
+    return {slug(PLAN.hub_model(t)): PLAN.hub_model(t) for t in PLAN.tasks if hub_folder(t)}
 
 
 def train_data(task):

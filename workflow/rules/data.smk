@@ -1,5 +1,6 @@
-# Data: Countdown splits (Qin et al. 2025 generator), the Countdown tokenizer, and the math/code
-# RL prompts of the `main` grid family (DeepScaleR / DeepCoder code mix, or offline fallbacks).
+# Data: Countdown splits (Qin et al. 2025 generator), the Countdown tokenizer, the math/code RL
+# prompts of the `main` grid family (DeepScaleR / DeepCoder code mix, or offline fallbacks), and
+# the hub models a preset starts from, fetched once (rspo.hub).
 
 
 rule countdown_data:
@@ -61,3 +62,27 @@ rule prepare_task:
         source=lambda wildcards: PLAN.prepare_source(wildcards.task),
     shell:
         "python -m rspo prepare {wildcards.task} --out {output} --source {params.source} > {log} 2>&1"
+
+
+# One download per hub model, before any job reads it; every train and evaluate job then reads the
+# folder. A local rule: it runs where Snakemake runs (a login node has internet where compute nodes
+# may not). With HF_HUB_OFFLINE=1 it takes the model from the local hub cache or fails naming it.
+rule fetch_model:
+    output:
+        f"{HUB_DIR}/{{model}}/rspo_snapshot.json",
+    log:
+        f"{HUB_DIR}/logs/{{model}}.log",
+    wildcard_constraints:
+        model="|".join(re.escape(m) for m in hub_models()) or "(?!)",
+    conda:
+        ENV_CPU
+    threads: 1
+    resources:
+        mem_mb=res("data", "mem_mb"),
+        runtime=res("data", "runtime"),
+        gpu=0,
+    params:
+        model=lambda wildcards: hub_models()[wildcards.model],
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    shell:
+        "python -m rspo fetch-model --model {params.model} --out {params.out} > {log} 2>&1"

@@ -18,6 +18,7 @@ rule evaluate_countdown:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("evaluate"),
@@ -45,6 +46,7 @@ rule evaluate_task:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("evaluate"),
@@ -72,6 +74,7 @@ rule bench:
         mem_mb=res("bench", "mem_mb"),
         runtime=res("bench", "runtime"),
         gpu=res("bench", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("bench"),
@@ -102,6 +105,7 @@ rule bench_speed:
         mem_mb=res("bench", "mem_mb"),
         runtime=res("bench", "runtime"),
         gpu=res("bench", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("bench"),

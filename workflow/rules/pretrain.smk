@@ -18,6 +18,7 @@ rule pretrain:
         mem_mb=res("pretrain", "mem_mb"),
         runtime=res("pretrain", "runtime"),
         gpu=res("pretrain", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("pretrain"),
@@ -45,6 +46,7 @@ rule pretrain_task:
         mem_mb=res("pretrain", "mem_mb"),
         runtime=res("pretrain", "runtime"),
         gpu=res("pretrain", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("pretrain"),

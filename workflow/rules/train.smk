@@ -22,6 +22,7 @@ rule train:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
+        nodes=1,
     params:
         preset=PRESET_FILE,
         preset_digest=lambda wildcards: run_fingerprint(wildcards.run),
