@@ -6,6 +6,7 @@ weights must agree up to float reduction order."""
 
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -140,3 +141,62 @@ def test_dist_defaults_to_one_process(monkeypatch):
     assert Dist().node_share(16) == 16
     with pytest.raises(ValueError, match="evenly"):
         Dist(rank=0, world_size=4).shard_bounds(6)
+
+
+def _waits_alone(rank: int, port: int, out) -> None:
+    import datetime
+    import time
+
+    import torch.distributed as tdist
+
+    from rspo.distributed import init_distributed
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    init_distributed(torch.device("cpu"), timeout_min=0.05)  # 3 s
+    if rank == 1:
+        time.sleep(30)  # never joins the barrier
+        return
+    t0 = time.monotonic()
+    try:
+        tdist.barrier()
+    except Exception as e:  # the process group's timeout, not gloo's default 30 minutes
+        out.put((time.monotonic() - t0, type(e).__name__, str(datetime.timedelta(minutes=0.05))))
+
+
+def test_the_process_group_times_out_after_the_presets_minutes():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_waits_alone, args=(r, port, out), daemon=True) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    waited, kind, _ = out.get(timeout=60)
+    for p in procs:
+        p.kill()
+    assert 2 < waited < 20, (waited, kind)
+
+
+def test_the_trainer_starts_the_process_group_with_the_presets_timeout(assets, tmp_path, monkeypatch):
+    import rspo.train.trainer as tr
+
+    seen = {}
+
+    def fake_init(device, timeout_min):
+        seen["timeout"] = timeout_min
+        return Dist()
+
+    monkeypatch.setattr(tr, "init_distributed", fake_init)
+    rl = {
+        "model": {"path": str(assets / "base"), "collective_timeout_min": 7},
+        "data": {"task": "countdown", "train_path": str(assets / "data" / "train.jsonl")},
+        "schedule": {"total_steps": 1, "prompts_per_step": 2, "mini_batch_prompts": 2},
+    }
+    tr.Trainer(train_config_from_dict(rl, run_name="t"), tmp_path / "run")
+    assert seen == {"timeout": 7}

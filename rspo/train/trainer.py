@@ -507,7 +507,7 @@ class Trainer:
         if a.router_aux_loss_coef > 0:
             aux = load_balancing_loss(out.router_logits, self.spec.top_k, batch.attention_mask[rows, lo:hi])
             loss = loss + a.router_aux_loss_coef * aux
-            m["actor/router_aux_loss"] = float(aux)
+            m["actor/router_aux_loss"] = float(aux.detach())
         n_valid = int(mask.bool().any(dim=1).sum())
         # share of the global mini-batch; x world size because FSDP averages gradients over ranks
         scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
