@@ -61,6 +61,11 @@ class ModelConfig:
     """torch intra-op threads; 0 = the cores the job was given (Snakemake `threads`, OMP_NUM_THREADS)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (large models)."""
+    cpu_offload: bool = False
+    """torchrun on GPUs only: FSDP2's CPUOffloadPolicy: parameter shards, gradients and Adam's
+    moments live on the host and the optimizer steps on the CPU (the GPU holds one gathered layer
+    at a time). Trades a host<->GPU copy of the shards per step for 16 bytes per parameter / ranks
+    of GPU memory (rspo.memory_plan)."""
     collective_timeout_min: int = 30
     """torchrun jobs: minutes a collective may wait for the other ranks before the job fails (the
     process group's timeout). A save, a long rollout on one rank and a slow filesystem all count;
@@ -281,7 +286,7 @@ class TrackingConfig:
 
 
 # Settings that change how a run executes, not what it computes (TrainConfig.fingerprint).
-EXECUTION_ONLY: tuple[str, ...] = ("model.collective_timeout_min",)
+EXECUTION_ONLY: tuple[str, ...] = ("model.collective_timeout_min", "model.cpu_offload")
 # Settings added after runs existed, with the value those runs had: counted in the fingerprint
 # only where they differ from it (TrainConfig.fingerprint).
 ADDED_LATER: dict[str, Any] = {}

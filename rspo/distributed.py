@@ -165,19 +165,55 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def shard_model(model: torch.nn.Module, d: Dist, device: torch.device) -> torch.nn.Module:
-    """FSDP2 ``fully_shard`` per decoder layer, then the root; gradients averaged over ranks."""
+def shard_model(
+    model: torch.nn.Module,
+    d: Dist,
+    device: torch.device,
+    *,
+    master_dtype: torch.dtype | None = None,
+    mp_policy=None,
+    cpu_offload: bool = False,
+) -> torch.nn.Module:
+    """FSDP2 ``fully_shard`` per decoder layer, then the root; gradients averaged over ranks.
+
+    ``master_dtype``: each layer is cast to it just before it is sharded (then the rest), so a
+    model read in bf16 becomes fp32 master shards without a whole fp32 copy on any rank.
+    ``mp_policy``: FSDP2's MixedPrecisionPolicy (rspo.train.precision). ``cpu_offload``: FSDP2's
+    CPUOffloadPolicy (shards, gradients and the optimizer step on the host)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (d.world_size,))
+    kwargs = {
+        "mesh": mesh,
+        "mp_policy": mp_policy or MixedPrecisionPolicy(),
+        "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy(),
+    }
     # zero-element parameters (e.g. Qwen2-MoE's shared expert at shared_expert_intermediate_size=0)
     # carry no gradient and cannot be chunked: FSDP leaves them replicated
     empty = {p for p in model.parameters() if p.numel() == 0} or None
+    param_dtype = getattr(mp_policy, "param_dtype", None)
+    for p in empty or ():  # left out of FSDP, so not cast by its policy: empty, they take the compute dtype
+        if param_dtype is not None and p.is_floating_point():
+            p.data = p.data.to(param_dtype)
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, ignored_params=empty)
-    fully_shard(model, mesh=mesh, ignored_params=empty)
+        if master_dtype is not None:
+            for p in layer.parameters():
+                if p.numel() and p.is_floating_point():
+                    p.data = p.data.to(master_dtype)
+        fully_shard(layer, ignored_params=empty, **kwargs)
+    if master_dtype is not None:  # what is left: embeddings, final norm, LM head (not sharded yet)
+        for p in model.parameters():
+            if not _is_dtensor(p) and p.numel() and p.is_floating_point() and p.dtype != master_dtype:
+                p.data = p.data.to(master_dtype)
+    fully_shard(model, ignored_params=empty, **kwargs)
     return model
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
 
 
 def full_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -172,8 +172,10 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto"):
 
     path = resolve_model(path)
     check_checkpoint(path)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    try:  # "auto": the checkpoint's own dtype (config.json)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype="auto" if dtype == "auto" else getattr(torch, dtype)
+        )
     except (OSError, ValueError, RuntimeError) as e:
         raise RuntimeError(f"could not load model checkpoint {path}: {e}") from e
     return model.to(resolve_device(device))

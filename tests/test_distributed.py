@@ -200,3 +200,25 @@ def test_the_trainer_starts_the_process_group_with_the_presets_timeout(assets, t
     }
     tr.Trainer(train_config_from_dict(rl, run_name="t"), tmp_path / "run")
     assert seen == {"timeout": 7}
+
+
+@pytest.mark.slow
+def test_bf16_under_fsdp2_keeps_fp32_master_weights(assets, tmp_path):
+    """Two gloo ranks with model.dtype=bfloat16 (FSDP2 MixedPrecisionPolicy: bf16 gathers, fp32
+    gradient reduction into fp32 shards) at lr 1e-6: the step-1 checkpoint's master weights are
+    fp32 and nearly all moved; final/ is bf16."""
+    import torch.distributed.checkpoint as dcp
+
+    from rspo.models import load_model
+
+    out = tmp_path / "run"
+    sets = ("model.dtype=bfloat16", "optim.lr=1e-6", "algorithm.entropy_coef=0.01", "schedule.total_steps=2")
+    train(assets, out, 2, *sets)
+    base = {k: v.clone() for k, v in load_model(assets / "base").state_dict().items() if v.numel()}
+    state = {k: torch.zeros_like(v) for k, v in base.items()}
+    dcp.load({"model": state}, checkpoint_id=str(out / "checkpoints" / "step_000001" / "state"), no_dist=True)
+    moved = sum(int((state[k] != base[k]).sum()) for k in base)
+    total = sum(v.numel() for v in base.values())
+    assert {v.dtype for v in state.values()} == {torch.float32}
+    assert moved / total > 0.9, moved / total
+    assert {t.dtype for t in weights(out / "final").values()} == {torch.bfloat16}

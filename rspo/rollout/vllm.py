@@ -258,6 +258,7 @@ class VLLMBackend:
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype  # the engine's weights
         self.stop_ids = stop_token_ids(tokenizer)  # a response ends at EOS or any other special token
         if engine is None:
             if not model_path:
@@ -283,7 +284,7 @@ class VLLMBackend:
             self.on_cpu = bool(on_cpu)
             # the engine starts on dummy weights: its real ones take the same path as every later
             # sync (from the training model, or from the checkpoint files when there is none)
-            self._reload(checkpoint_weights(model) if model is not None else file_weights(str(model_path)))
+            self._reload(checkpoint_weights(model, self.dtype) if model is not None else file_weights(str(model_path)))
         self.engine = engine
         self.sampling_params_cls = sampling_params_cls
         self.on_cpu = bool(on_cpu)
@@ -307,7 +308,7 @@ class VLLMBackend:
 
         t0 = time.perf_counter()
         self.model = model
-        self._reload(checkpoint_weights(model))
+        self._reload(checkpoint_weights(model, self.dtype))  # fp32 master weights cast per shard, then gathered
         self.last_sync_s = time.perf_counter() - t0
 
     def generate(

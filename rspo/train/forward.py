@@ -28,7 +28,7 @@ compute the same values).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +74,7 @@ def policy_forward(
     routing: RoutingMode = RoutingMode.NONE,
     cache: OldRouterCache | None = None,
     share_prompts: bool = True,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
     """Forward b rows of the batch layout; a context manager that yields (outputs on the window's
     response part, (lo, hi)). Call ``backward()`` inside the block: with ``share_prompts=False``
@@ -82,7 +83,8 @@ def policy_forward(
     input_ids, attention_mask: (b, P + R) rows of the layout; response_mask: (b, R); groups: (b,)
     the prompt each row answers (rows with equal ids have equal prompt tokens). ``cache``: the
     old router cache of these rows over the full layout width (replay modes only). Outputs cover
-    the response columns P..hi of the window: logp and entropy are (b, hi - P).
+    the response columns P..hi of the window: logp and entropy are (b, hi - P). ``autocast``: the
+    context of the model calls (rspo.train.precision: bf16 compute over fp32 weights in one process).
     """
     P = prompt_width
     lo, hi = window(attention_mask, response_mask, P)
@@ -94,9 +96,10 @@ def policy_forward(
         # recomputation must route the same way and run the capture's own ops again (rspo.router)
         with routing_control(model, routing, win_cache):
             with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
-                out = model(
-                    input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
-                )
+                with autocast():
+                    out = model(
+                        input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
+                    )
                 if capture:
                     cap.stop()  # the recomputation is not recorded
                 logp, ent = response_logprobs(out.logits, ids, P - lo, with_entropy, temperature)
@@ -113,7 +116,7 @@ def policy_forward(
     with contextlib.ExitStack() as stack:
         cap = stack.enter_context(capture_router_logits(model, raw=True)) if capture else None
         kv = DynamicCache(config=model.config)
-        with routing_control(model, routing, win_cache[first, :p] if replay else None):
+        with routing_control(model, routing, win_cache[first, :p] if replay else None), autocast():
             out_p = model(
                 input_ids=p_ids,
                 attention_mask=p_attn,
@@ -125,7 +128,7 @@ def policy_forward(
         kv = out_p.past_key_values
         kv.batch_select_indices(inverse)  # (u, ...) -> (b, ...): a differentiable gather
         pos = position_ids_from_mask(attn)[:, p:]
-        with routing_control(model, routing, win_cache[:, p:] if replay else None):
+        with routing_control(model, routing, win_cache[:, p:] if replay else None), autocast():
             out_r = model(
                 input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv, use_cache=True
             )

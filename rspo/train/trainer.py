@@ -59,6 +59,7 @@ Implementation choices that change no result (up to float rounding):
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import defaultdict
@@ -73,12 +74,10 @@ from rspo.distributed import (
     full_tensor,
     init_distributed,
     rank_device,
-    shard_model,
 )
 from rspo.losses import NonFiniteLogProbError, compute_policy_loss, group_advantages, masked_mean
 from rspo.models import (
     load_balancing_loss,
-    load_model,
     load_tokenizer_checked,
     read_meta,
     resolve_device,
@@ -91,7 +90,6 @@ from rspo.rollout.base import pack_rows, stop_token_ids
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
-    moe_gates,
     router_shift_ratio,
     router_spec,
 )
@@ -102,6 +100,8 @@ from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
 from rspo.train.memory import enable_activation_checkpointing
+from rspo.train.optim import build_optimizer
+from rspo.train.precision import Precision, load_and_shard
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
 
 __all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
@@ -149,16 +149,17 @@ class Trainer:
             self.val_records = {k: v[: cfg.schedule.val_size] for k, v in self.val_records.items()}
         meta = read_meta(cfg.model.path) if Path(cfg.model.path).is_dir() else {}
         self.tokenizer = load_tokenizer_checked(cfg.model.path, meta.get("tokenizer_fingerprint"))
-        # data parallel: load on the CPU; fully_shard moves each rank's shard to its device, so a
-        # GPU never holds the whole model
-        self.model = load_model(
-            cfg.model.path, dtype=cfg.model.dtype, device="cpu" if self.dist.enabled else str(self.device)
+        # fp32 master weights, forwards in model.dtype; under torchrun read on the CPU, then upcast and
+        # sharded layer by layer (each shard on its GPU): rspo.train.precision
+        self.precision = Precision.of(cfg.model.dtype, self.device, self.dist)
+        self.model = load_and_shard(
+            cfg.model.path,
+            self.precision,
+            self.dist,
+            self.device,
+            cpu_offload=cfg.model.cpu_offload,
+            prepare=self._prepare_model,
         )
-        if cfg.model.gradient_checkpointing:
-            enable_activation_checkpointing(self.model)
-        self.model.config.use_cache = False
-        if self.dist.enabled:
-            shard_model(self.model, self.dist, self.device)
         self.train_records = self._drop_long(self.train_records, "train")
         self.val_records = {k: self._drop_long(v, k) for k, v in self.val_records.items()}
         self.spec = router_spec(self.model)
@@ -179,19 +180,7 @@ class Trainer:
             and not _stochastic(self.model)
         )
         self.model.eval()
-        o = cfg.optim
-        router_params = {id(gate.weight) for gate in moe_gates(self.model)}
-        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        params = [p for _, p in named if id(p) not in router_params]
-        routers = [p for _, p in named if id(p) in router_params]
-        groups = [{"params": params}] + ([{"params": routers, "lr": o.lr * o.router_lr_mult}] if routers else [])
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, foreach=not self.dist.enabled
-        )  # FSDP: DTensors beside plain
-        # zero-size params
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda u: min(1.0, (u + 1) / o.warmup_steps) if o.warmup_steps else 1.0
-        )
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=self.dist.enabled)
         # under FSDP every decoding forward is a collective: ranks stop together
         all_done = (lambda local: not self.dist.any(not local)) if self.dist.enabled else None
         self.backend = make_backend(
@@ -215,6 +204,17 @@ class Trainer:
         self._perm: tuple[int, list[int]] = (-1, [])
         self._last_logged: dict[str, float] = {}
         self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
+
+    def _prepare_model(self, model: torch.nn.Module) -> None:
+        """Before sharding: activation checkpointing (rspo.train.memory), no KV cache in training forwards."""
+        if self.cfg.model.gradient_checkpointing:
+            enable_activation_checkpointing(model)
+        model.config.use_cache = False
+
+    def _generation_precision(self):
+        """The hf backend decodes with the training model: in the compute dtype (rspo.train.precision);
+        a vLLM engine has its own dtype."""
+        return self.precision.autocast() if self.cfg.rollout.backend == "hf" else contextlib.nullcontext()
 
     def _drop_long(self, records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
@@ -379,6 +379,7 @@ class Trainer:
             routing=self.routing if update else RoutingMode.NONE,
             cache=cache[rows] if cache is not None else None,
             share_prompts=not self.cfg.model.gradient_checkpointing,
+            autocast=self.precision.autocast,
         )
 
     def _new_cache(self, batch: RolloutBatch) -> OldRouterCache | None:
@@ -544,15 +545,16 @@ class Trainer:
         records = self._sample_prompts(step)
         lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
         t0 = time.perf_counter()
-        local = self.backend.generate(
-            [self.task.prompt(r) for r in records[lo:hi]],
-            G,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            seed=derive_seed(cfg.seed, step, 1),
-            row_offset=lo * G,
-        )
+        with self._generation_precision():
+            local = self.backend.generate(
+                [self.task.prompt(r) for r in records[lo:hi]],
+                G,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                max_new_tokens=cfg.rollout.max_new_tokens,
+                seed=derive_seed(cfg.seed, step, 1),
+                row_offset=lo * G,
+            )
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
@@ -686,16 +688,17 @@ class Trainer:
             lo = self.dist.rank * per
             mine = records[lo : lo + per]
             mine = mine + [records[0]] * (per - len(mine))
-            scored = generate_and_score(
-                self.backend,
-                self.task,
-                mine,
-                temperature=self.cfg.rollout.val_temperature,
-                max_new_tokens=self.cfg.rollout.max_new_tokens,
-                workers=self.reward_workers,
-                seed=derive_seed(self.cfg.seed, self.step, 3),
-                row_offset=lo,
-            )
+            with self._generation_precision():
+                scored = generate_and_score(
+                    self.backend,
+                    self.task,
+                    mine,
+                    temperature=self.cfg.rollout.val_temperature,
+                    max_new_tokens=self.cfg.rollout.max_new_tokens,
+                    workers=self.reward_workers,
+                    seed=derive_seed(self.cfg.seed, self.step, 3),
+                    row_offset=lo,
+                )
             scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
             out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
         return out
