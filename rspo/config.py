@@ -66,12 +66,18 @@ class ModelConfig:
     moments live on the host and the optimizer steps on the CPU (the GPU holds one gathered layer
     at a time). Trades a host<->GPU copy of the shards per step for 16 bytes per parameter / ranks
     of GPU memory (rspo.memory_plan)."""
+    logits_chunk_tokens: int = 0
+    """> 0: the old pass and the updates compute log-probs and entropy from the final hidden states
+    this many positions at a time, recomputing each chunk's logits in backward, so no forward ever
+    holds the (tokens x vocabulary) logits in fp32 (rspo.train.memory). 0: transformers' logits."""
     collective_timeout_min: int = 30
     """torchrun jobs: minutes a collective may wait for the other ranks before the job fails (the
     process group's timeout). A save, a long rollout on one rank and a slow filesystem all count;
     the paper presets allow 60."""
 
     def validate(self, prefix: str) -> None:
+        if self.logits_chunk_tokens < 0:
+            raise _err(f"{prefix}.logits_chunk_tokens", f"must be >= 0, got {self.logits_chunk_tokens}")
         if self.collective_timeout_min < 1:
             raise _err(f"{prefix}.collective_timeout_min", f"must be >= 1, got {self.collective_timeout_min}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -232,6 +238,10 @@ class ScheduleConfig:
     """Prompts per optimiser update (paper: 64 -> 4 updates per step, updates 2..4 off-policy)."""
     micro_batch_size: int = 0
     """Responses per forward/backward for gradient accumulation; 0 = the whole mini-batch."""
+    max_tokens_per_micro_batch: int = 0
+    """> 0: the rows of a forward (old pass and updates) are packed, longest first, so that rows x
+    the widest row's tokens stay within this budget (rspo.train.memory); gradients accumulate to the
+    whole mini-batch's. 0: no token bound (micro_batch_size rows)."""
     ppo_epochs: int = 1
     """Passes over the step's mini-batches."""
     val_every: int = 10
@@ -252,7 +262,7 @@ class ScheduleConfig:
                 f"{prefix}.mini_batch_prompts",
                 f"{self.mini_batch_prompts} does not divide prompts_per_step={self.prompts_per_step}",
             )
-        for name in ("micro_batch_size", "val_every", "val_size", "ckpt_every"):
+        for name in ("micro_batch_size", "max_tokens_per_micro_batch", "val_every", "val_size", "ckpt_every"):
             if getattr(self, name) < 0:
                 raise _err(f"{prefix}.{name}", "must be >= 0")
         if self.keep_checkpoints < 1:
@@ -286,7 +296,12 @@ class TrackingConfig:
 
 
 # Settings that change how a run executes, not what it computes (TrainConfig.fingerprint).
-EXECUTION_ONLY: tuple[str, ...] = ("model.collective_timeout_min", "model.cpu_offload")
+EXECUTION_ONLY: tuple[str, ...] = (
+    "model.collective_timeout_min",
+    "model.cpu_offload",
+    "model.logits_chunk_tokens",
+    "schedule.max_tokens_per_micro_batch",
+)
 # Settings added after runs existed, with the value those runs had: counted in the fingerprint
 # only where they differ from it (TrainConfig.fingerprint).
 ADDED_LATER: dict[str, Any] = {}

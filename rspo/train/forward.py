@@ -35,6 +35,7 @@ import torch
 
 from rspo.models import position_ids_from_mask, response_logprobs
 from rspo.router import OldRouterCache, RoutingMode, capture_router_logits, routing_control
+from rspo.train.memory import lm_head_returns_hidden, response_logprobs_chunked
 
 
 @dataclass
@@ -75,6 +76,7 @@ def policy_forward(
     cache: OldRouterCache | None = None,
     share_prompts: bool = True,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    logits_chunk: int = 0,
 ) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
     """Forward b rows of the batch layout; a context manager that yields (outputs on the window's
     response part, (lo, hi)). Call ``backward()`` inside the block: with ``share_prompts=False``
@@ -85,12 +87,46 @@ def policy_forward(
     old router cache of these rows over the full layout width (replay modes only). Outputs cover
     the response columns P..hi of the window: logp and entropy are (b, hi - P). ``autocast``: the
     context of the model calls (rspo.train.precision: bf16 compute over fp32 weights in one process).
+    ``logits_chunk`` > 0: log-probs and entropy from the final hidden states that many positions at a
+    time, never the whole logits tensor (rspo.train.memory).
     """
     P = prompt_width
     lo, hi = window(attention_mask, response_mask, P)
     ids, attn = input_ids[:, lo:hi], attention_mask[:, lo:hi]
     replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY)
     win_cache = cache[:, lo:hi] if replay else None
+
+    def scores(out_logits, targets, start, head):
+        """(log-probs, entropy) of ``targets`` from the logits, or from the hidden states in chunks."""
+        if head is None:
+            return response_logprobs(out_logits, targets, start, with_entropy, temperature)
+        with autocast():
+            return response_logprobs_chunked(
+                out_logits, head.weight, targets, start, with_entropy, temperature, logits_chunk
+            )
+
+    with lm_head_returns_hidden(model) if logits_chunk else contextlib.nullcontext() as head:
+        yield from _policy_forward(
+            model,
+            ids,
+            attn,
+            P,
+            lo,
+            hi,
+            groups,
+            capture,
+            routing,
+            replay,
+            win_cache,
+            share_prompts,
+            autocast,
+            lambda out_logits, targets, start: scores(out_logits, targets, start, head),
+        )
+
+
+def _policy_forward(
+    model, ids, attn, P, lo, hi, groups, capture, routing, replay, win_cache, share_prompts, autocast, scores
+) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
     if not share_prompts:
         # routing and capture hooks both span the caller's backward(): a gradient-checkpointing
         # recomputation must route the same way and run the capture's own ops again (rspo.router)
@@ -102,7 +138,7 @@ def policy_forward(
                     )
                 if capture:
                     cap.stop()  # the recomputation is not recorded
-                logp, ent = response_logprobs(out.logits, ids, P - lo, with_entropy, temperature)
+                logp, ent = scores(out.logits, ids, P - lo)
                 outputs = PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None)
                 yield outputs, (lo, hi)
         return
@@ -133,8 +169,8 @@ def policy_forward(
                 input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv, use_cache=True
             )
     # the prompt's last position predicts the first response token, response positions the others
-    logits = torch.cat([out_p.logits[inverse], out_r.logits], dim=1)  # (b, 1 + r, V)
-    logp, ent = response_logprobs(logits, ids[:, p - 1 :], 1, with_entropy, temperature)  # (b, r)
+    logits = torch.cat([out_p.logits[inverse], out_r.logits], dim=1)  # (b, 1 + r, V) (or hidden states)
+    logp, ent = scores(logits, ids[:, p - 1 :], 1)  # (b, r)
     router_logits = router_indices = None
     if capture:
 

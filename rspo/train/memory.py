@@ -1,16 +1,57 @@
-"""Activation memory of the updates: gradient checkpointing.
+"""Activation memory of the old pass and the updates: gradient checkpointing, token-bounded
+micro-batches, log-probs without the whole logits tensor, and where the old-router cache lives.
 
-``enable_activation_checkpointing`` turns on transformers' per-decoder-layer checkpointing in its
-non-reentrant form (``use_reentrant=False``, transformers' own default in 5.x, set explicitly here):
-the router capture (``rspo.router.capture_router_logits``) computes its logits inside the
-checkpointed layer and needs them to keep their autograd graph, which reentrant checkpointing
-would cut. The capture and routing hooks stay in place through ``backward()`` so that the
+Gradient checkpointing (``enable_activation_checkpointing``): transformers' per-decoder-layer
+checkpointing in its non-reentrant form (``use_reentrant=False``, transformers' own default in 5.x,
+set explicitly here). The router capture (``rspo.router.capture_router_logits``) computes its
+logits inside the checkpointed layer and needs them to keep their autograd graph, which reentrant
+checkpointing would cut; the capture and routing hooks stay in place through ``backward()`` so the
 recomputation runs the same ops (``rspo.train.forward``).
+
+Token-bounded micro-batches (``pack_micro_batches``, ``schedule.max_tokens_per_micro_batch``): the
+rows of a rank's share of a mini-batch, longest first, are packed greedily so that a forward holds
+at most that many tokens, counted as the forward sees them (rows x the widest row's width, padding
+included). A row longer than the budget gets a micro-batch of its own. Gradients accumulate over
+the micro-batches and each micro-batch's loss is scaled by its share of the mini-batch's non-empty
+responses (rspo.train.trainer): GRPO (mean over responses of token means), GSPO and GMPO
+(sequence terms, mean over responses) are all means over responses, so the accumulated gradient is
+the whole mini-batch's for any split. Not split-invariant: the load-balancing aux loss (a product
+of two means over the pooled tokens), as with ``micro_batch_size``. Under torchrun every rank must
+run as many forwards as the others (each is a collective under FSDP2): ranks with fewer micro-batches
+run empty ones (a forward whose loss is multiplied by 0).
+
+Log-probs without the logits (``model.logits_chunk_tokens``): transformers' forward computes the
+logits of every position at once (b x T x V in the compute dtype, then fp32 copies for the
+log-softmax and the entropy: about 594 KiB per token in fp32 at Qwen3's 151,936-token vocabulary).
+``lm_head_returns_hidden`` makes the LM head hand back its input (the final hidden states) and
+remember the weight it was called with; ``response_logprobs_chunked`` then computes the log-probs
+of the sampled tokens and the entropy ``chunk`` positions at a time, each chunk under
+``torch.utils.checkpoint`` so its logits are recomputed in backward instead of kept. Values equal
+``rspo.models.response_logprobs`` up to float rounding (log-sum-exp form instead of
+``log_softmax``). Under FSDP2 the LM head belongs to the root unit, whose parameters stay gathered
+from its forward to its backward; its gradient is reduced at the end of backward as usual (tested
+against the unchunked path on 2 gloo ranks).
+
+The old-router cache (``RowCache``): the compact cache (rspo.router.OldRouterCache, 3 bytes per
+token, layer and k) for the rows this rank reads, on the CPU (pinned memory next to a GPU); each
+micro-batch's slice moves to the device when it is used. Under torchrun with one PPO epoch a rank
+reads only the rows it updates, which are the rows its old pass computed, so it holds 1/world of
+the step's rows and nothing is exchanged; with more epochs every rank needs every row, and the
+cache is summed over the ranks one layer at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from rspo.router import OldRouterCache
 
 
 def enable_activation_checkpointing(model: torch.nn.Module) -> None:
@@ -21,3 +62,163 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
         enable(activation_checkpointing_kwargs=kwargs)
     else:  # transformers 5.19 - 5.22
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+# ------------------------------------------------------------------------------ micro-batches
+
+
+def row_tokens(attention_mask: torch.Tensor, response_mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
+    """Tokens of each row as a forward sees them: from its first prompt token to its last
+    response token.  (B, P + R), (B, R) -> (B,)"""
+    P = prompt_width
+    first = attention_mask[:, :P].float().argmax(dim=1)  # first non-padding prompt column
+    return (P - first) + response_mask.sum(dim=1).long()
+
+
+def pack_micro_batches(rows: torch.Tensor, lengths: torch.Tensor, budget: int, max_rows: int = 0) -> list[torch.Tensor]:
+    """Rows packed longest first so that rows x the longest row's tokens <= ``budget`` (and at
+    most ``max_rows`` rows when > 0). ``lengths``: the tokens of every row of the batch (row_tokens)."""
+    order = sorted(rows.tolist(), key=lambda r: (-int(lengths[r]), r))
+    out: list[list[int]] = []
+    for r in order:
+        if out:
+            cur = out[-1]
+            width = int(lengths[cur[0]])  # longest first: the first row is the widest
+            if (len(cur) + 1) * width <= budget and (not max_rows or len(cur) < max_rows):
+                cur.append(r)
+                continue
+        out.append([r])
+    return [torch.tensor(sorted(mb), dtype=rows.dtype) for mb in out]
+
+
+# ------------------------------------------------------------------------------ chunked log-probs
+
+
+@contextlib.contextmanager
+def lm_head_returns_hidden(model: torch.nn.Module) -> Iterator[SimpleNamespace]:
+    """Inside the block, the model's LM head returns its input (the final hidden states, in the
+    output's ``logits`` field) and records the weight it was called with (``.weight``)."""
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("model.logits_chunk_tokens: an LM head with a bias is not supported")
+    seen = SimpleNamespace(weight=None)
+
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        seen.weight = head.weight
+        return hidden
+
+    head.forward = forward
+    try:
+        yield seen
+    finally:
+        del head.forward
+
+
+def _score_chunk(hidden, weight, targets, temperature: float, with_entropy: bool):
+    logits = F.linear(hidden, weight).float()  # (n, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)  # (n,)
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if not with_entropy:
+        return logp, None
+    ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # -sum p log p
+    return logp, ent
+
+
+def response_logprobs_chunked(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    input_ids: torch.Tensor,
+    prompt_width: int,
+    with_entropy: bool,
+    temperature: float,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``rspo.models.response_logprobs`` from the final hidden states, ``chunk`` positions at a
+    time (each recomputed in backward).  (B, P+R, H) -> (B, R) [, (B, R)]"""
+    h = hidden[:, prompt_width - 1 : -1]  # (B, R, H): positions that predict the response tokens
+    B, R, H = h.shape
+    targets = input_ids[:, prompt_width:].reshape(-1)
+    flat = h.reshape(B * R, H)
+    logps, ents = [], []
+    for i in range(0, B * R, chunk):
+        args = (flat[i : i + chunk], weight, targets[i : i + chunk], temperature, with_entropy)
+        grad = torch.is_grad_enabled()
+        lp, ent = checkpoint(_score_chunk, *args, use_reentrant=False) if grad else _score_chunk(*args)
+        logps.append(lp)
+        ents.append(ent)
+    logp = torch.cat(logps).view(B, R)
+    return logp, (torch.cat(ents).view(B, R) if with_entropy else None)
+
+
+# ------------------------------------------------------------------------------ old-router cache
+
+
+@dataclass
+class RowCache:
+    """An OldRouterCache of some rows of the step batch, indexed by the batch's own row numbers.
+
+    ``slot[row]`` is the cache row of batch row ``row`` (-1: not held here). ``cache[rows]``,
+    ``cache[rows, cols]``, ``assign(rows, part)`` take batch rows, as OldRouterCache's own do."""
+
+    cache: OldRouterCache
+    slot: torch.Tensor
+
+    @classmethod
+    def zeros(
+        cls,
+        rows: torch.Tensor,
+        batch_rows: int,
+        width: int,
+        num_layers: int,
+        top_k: int,
+        num_experts: int,
+        *,
+        keep_logits: bool,
+        pin: bool,
+    ) -> RowCache:
+        slot = torch.full((batch_rows,), -1, dtype=torch.long)
+        slot[rows] = torch.arange(len(rows))
+        cache = OldRouterCache.zeros(
+            num_layers, (len(rows), width), top_k, num_experts, keep_logits=keep_logits, device="cpu"
+        )
+        if pin:
+            cache = OldRouterCache(
+                indices=cache.indices.pin_memory(),
+                logp=cache.logp.pin_memory(),
+                num_experts=cache.num_experts,
+                logits=None if cache.logits is None else cache.logits.pin_memory(),
+            )
+        return cls(cache, slot)
+
+    def _slots(self, rows: torch.Tensor) -> torch.Tensor:
+        s = self.slot[rows.cpu()]
+        if bool((s < 0).any()):
+            raise IndexError("the old-router cache does not hold these rows on this rank")
+        return s
+
+    def __getitem__(self, key) -> OldRouterCache:
+        if isinstance(key, tuple):
+            rows, cols = key
+            return self.cache[self._slots(rows), cols]
+        return self.cache[self._slots(key)]
+
+    def assign(self, rows: torch.Tensor, part: OldRouterCache) -> None:
+        self.cache.assign(self._slots(rows), part)
+
+    @property
+    def nbytes(self) -> int:
+        return self.cache.nbytes
+
+    @property
+    def bytes_per_entry(self) -> float:
+        return self.cache.bytes_per_entry
+
+    def all_reduce(self, dist) -> None:
+        """Sum over the ranks (each row was written by one rank, zeros elsewhere), a layer at a
+        time, so a GPU collective moves one layer's slice, not the whole cache."""
+        for t in (self.cache.indices, self.cache.logp, self.cache.logits):
+            if t is not None:
+                for layer in range(t.shape[0]):
+                    dist.all_reduce_sum_(t[layer])

@@ -75,7 +75,13 @@ from rspo.distributed import (
     init_distributed,
     rank_device,
 )
-from rspo.losses import NonFiniteLogProbError, compute_policy_loss, group_advantages, masked_mean
+from rspo.losses import (
+    NonFiniteLogProbError,
+    compute_policy_loss,
+    group_advantages,
+    masked_mean,
+    seq_mean_token_mean,
+)
 from rspo.models import (
     load_balancing_loss,
     load_tokenizer_checked,
@@ -99,7 +105,7 @@ from rspo.train import checkpoint
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
-from rspo.train.memory import enable_activation_checkpointing
+from rspo.train.memory import RowCache, enable_activation_checkpointing, pack_micro_batches, row_tokens
 from rspo.train.optim import build_optimizer
 from rspo.train.precision import Precision, load_and_shard
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
@@ -120,6 +126,22 @@ def _stochastic(model: torch.nn.Module) -> bool:
 
 class TooManyNonFinite(RuntimeError):
     pass
+
+
+# Metrics that are means over response tokens (rspo.losses); the others are means over responses.
+TOKEN_METRICS = frozenset({"actor/ppo_kl", "actor/pg_clipfrac", "router/shift_ratio_mean", "router/shift_clipfrac"})
+
+
+def _weighted_mean(values: list[tuple[float, int, int]], by_tokens: bool = False) -> float:
+    """The mini-batch's value from its micro-batches' (value, valid responses, valid tokens):
+    token means weighted by tokens, response means by responses, so the logged number does not
+    depend on how the rows were split (over micro-batches or ranks). One value is returned as it is."""
+    if len(values) == 1:
+        return values[0][0]
+    w = [(t if by_tokens else r) for _, r, t in values]
+    if sum(w) == 0:
+        return sum(v for v, _, _ in values) / len(values)
+    return sum(v * x for (v, _, _), x in zip(values, w)) / sum(w)
 
 
 class Trainer:
@@ -202,6 +224,7 @@ class Trainer:
         self._tracker_factory = tracker_factory
         self.metrics_path = self.folder.metrics_path
         self._perm: tuple[int, list[int]] = (-1, [])
+        self._row_tokens = torch.zeros(0, dtype=torch.long)  # tokens of each row of the step's batch
         self._last_logged: dict[str, float] = {}
         self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
 
@@ -350,9 +373,23 @@ class Trainer:
         )
         return batch, [x for part in parts for x in part[3]]
 
-    def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        size = self.cfg.schedule.micro_batch_size or len(rows)
+    def _split(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        sc = self.cfg.schedule
+        if sc.max_tokens_per_micro_batch:  # token-bounded (rspo.train.memory)
+            return pack_micro_batches(rows, self._row_tokens, sc.max_tokens_per_micro_batch, sc.micro_batch_size)
+        size = sc.micro_batch_size or len(rows)
         return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+    def _micro_batches(self, mb: torch.Tensor) -> list[torch.Tensor | None]:
+        """This rank's micro-batches of mini-batch ``mb`` (its contiguous share of the rows, in
+        micro_batch_size rows or packed under the token budget). Under torchrun with a token budget
+        the ranks' counts differ: padded with None (an empty forward) to the largest count."""
+        mine: list[torch.Tensor | None] = list(self._split(self._local_rows(mb)))
+        if self.dist.enabled and self.cfg.schedule.max_tokens_per_micro_batch:
+            per = len(mb) // self.dist.world_size  # every rank holds the whole batch: no collective needed
+            most = max(len(self._split(mb[r * per : (r + 1) * per])) for r in range(self.dist.world_size))
+            mine += [None] * (most - len(mine))
+        return mine
 
     def _forward(
         self,
@@ -380,36 +417,50 @@ class Trainer:
             cache=cache[rows] if cache is not None else None,
             share_prompts=not self.cfg.model.gradient_checkpointing,
             autocast=self.precision.autocast,
+            logits_chunk=self.cfg.model.logits_chunk_tokens,
         )
 
-    def _new_cache(self, batch: RolloutBatch) -> OldRouterCache | None:
+    def _new_cache(self, batch: RolloutBatch, mbs: list[torch.Tensor]) -> RowCache | None:
+        """The old-router cache of the rows this rank reads, on the CPU (rspo.train.memory.RowCache):
+        under torchrun with one epoch its own rows of every mini-batch, else every row."""
         if not self.use_router_cache:
             return None
-        return OldRouterCache.zeros(
+        B, T = batch.input_ids.shape
+        local = self.dist.enabled and self.cfg.schedule.ppo_epochs == 1
+        rows = torch.cat([self._local_rows(mb) for mb in mbs]).sort().values if local else torch.arange(B)
+        return RowCache.zeros(
+            rows,
+            B,
+            T,
             self.spec.num_moe_layers,
-            tuple(batch.input_ids.shape),
             self.spec.top_k,
             self.spec.num_experts,
             keep_logits=self.routing is RoutingMode.LOGIT_REPLAY,
-            device=self.device,
+            pin=self.device.type == "cuda",
         )
 
     @torch.no_grad()
-    def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor]):
+    def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor], mbs: list[torch.Tensor]):
         """Old log-probs, entropy and router cache on the same micro-batches the updates use.
 
         Rows of mini-batches not in ``order`` (the on-policy first mini-batch, when the update
-        records its own old values) stay zero until ``_update_micro`` fills them.
+        records its own old values) stay zero until ``_update_micro`` fills them; ``mbs``: all of
+        the step's mini-batches (the rows the cache must hold).
         """
         B, T = batch.input_ids.shape
         P = batch.prompt_width
         R = batch.response_mask.shape[1]
         old_logp = torch.zeros(B, R, device=self.device)
         entropy = torch.zeros(B, R, device=self.device)
-        cache = self._new_cache(batch)
+        cache = self._new_cache(batch, mbs)
         self.model.eval()
         for mb in order:
-            for rows in self._micro_batches(self._local_rows(mb)):
+            for rows in self._micro_batches(mb):
+                if rows is None:  # another rank has more micro-batches: join its collectives
+                    with self._forward(
+                        batch, self._local_rows(mb)[:1], with_entropy=False, capture=False, update=False
+                    ):
+                        continue
                 with self._forward(batch, rows, with_entropy=True, capture=cache is not None, update=False) as (
                     out,
                     (lo, hi),
@@ -421,13 +472,11 @@ class Trainer:
         if self.dist.enabled:  # each row was computed by one rank and is zero elsewhere: sums are exact
             self.dist.all_reduce_sum_(old_logp)
             self.dist.all_reduce_sum_(entropy)
-            if cache is not None:
-                for t in (cache.indices, cache.logp, cache.logits):
-                    if t is not None:
-                        self.dist.all_reduce_sum_(t)
+            if cache is not None and self.cfg.schedule.ppo_epochs > 1:  # with one epoch a rank reads its own rows
+                cache.all_reduce(self.dist)
         return old_logp, entropy, cache
 
-    def _record_cache(self, cache: OldRouterCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
+    def _record_cache(self, cache: RowCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
         """The old router cache of ``rows`` from a forward's detached router logits and experts."""
         part = OldRouterCache.from_logits(
             [lg.detach() for lg in out.router_logits],
@@ -438,7 +487,9 @@ class Trainer:
         )
         cache.assign(rows, part.pad_columns(lo, T))
 
-    def _update_micro(self, batch, rows, old_logp, adv, cache, n_valid_mb, entropy=None) -> dict[str, float]:
+    def _update_micro(
+        self, batch, rows, old_logp, adv, cache, n_valid_mb, entropy=None, empty=False
+    ) -> dict[str, float]:
         """Forward, loss and backward of one micro-batch (backward inside routing_control, so a
         gradient-checkpointing recomputation routes the same way).
 
@@ -457,9 +508,9 @@ class Trainer:
             update=True,
             cache=None if record else cache,
         ) as (out, (lo, hi)):
-            return self._loss_and_backward(batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy)
+            return self._loss_and_backward(batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy, empty)
 
-    def _loss_and_backward(self, batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy):
+    def _loss_and_backward(self, batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy, empty):
         a = self.cfg.algorithm
         P = batch.prompt_width
         T = batch.input_ids.shape[1]
@@ -503,13 +554,13 @@ class Trainer:
             mb = mask.bool()
             m["router/shift_ratio_mean"] = masked_mean(g, mb).item()
             m["router/shift_clipfrac"] = masked_mean((g < a.gamma_min).float(), mb).item()
-        if a.entropy_coef > 0:
-            loss = loss - a.entropy_coef * masked_mean(ent, mask.bool())
+        if a.entropy_coef > 0:  # a mean over responses like the policy loss, so micro-batching is exact
+            loss = loss - a.entropy_coef * seq_mean_token_mean(ent, mask.bool())
         if a.router_aux_loss_coef > 0:
             aux = load_balancing_loss(out.router_logits, self.spec.top_k, batch.attention_mask[rows, lo:hi])
             loss = loss + a.router_aux_loss_coef * aux
             m["actor/router_aux_loss"] = float(aux.detach())
-        n_valid = int(mask.bool().any(dim=1).sum())
+        n_valid = 0 if empty else int(mask.bool().any(dim=1).sum())  # an empty micro-batch adds nothing
         # share of the global mini-batch; x world size because FSDP averages gradients over ranks
         scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
         bad = not bool(torch.isfinite(scaled))
@@ -568,11 +619,15 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         mask = batch.response_mask
         n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
-        metrics: dict[str, list[float]] = defaultdict(list)
+        metrics: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # (value, responses, tokens) per micro
         try:
-            for rows in self._micro_batches(self._local_rows(mb)):
+            for rows in self._micro_batches(mb):
+                if rows is None:  # another rank has more micro-batches: a forward and backward that add nothing
+                    self._update_micro(batch, self._local_rows(mb)[:1], old_logp, adv, cache, n_valid_mb, empty=True)
+                    continue
+                w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
                 for k, v in self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record).items():
-                    metrics[k].append(v)
+                    metrics[k].append((v, *w))
             params = [p for p in self.model.parameters() if p.grad is not None and p.numel()]
             grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
             if not torch.isfinite(grad_norm):
@@ -590,13 +645,17 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         if self.dist.enabled:  # the micro-batch values of every rank, in rank order
-            merged: dict[str, list[float]] = defaultdict(list)
+            merged: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
             for part in self.dist.all_gather_object(dict(metrics)):
                 for k, v in part.items():
                     merged[k] += v
             metrics = merged
-        metrics["actor/grad_norm"].append(float(grad_norm))
+        metrics["actor/grad_norm"].append((float(grad_norm), 1, 1))
         return metrics
+
+    def _by_tokens(self, key: str) -> bool:
+        """Whether a loss metric is a mean over tokens (GSPO clips sequences: its clipfrac is not)."""
+        return key in TOKEN_METRICS and not (key == "actor/pg_clipfrac" and self.cfg.algorithm.algo == "gspo")
 
     def _updates(self, batch, adv, old_logp, entropy, cache, mbs0, n_prompts):
         """The step's ppo_epochs x mini-batch updates. -> (metrics averaged over updates, the
@@ -615,10 +674,11 @@ class Trainer:
                 if m is None:
                     skipped += 1
                     continue
-                for k, v in m.items():
-                    sums[k].append(sum(v) / len(v))
+                means = {k: _weighted_mean(v, self._by_tokens(k)) for k, v in m.items()}
+                for k, v in means.items():
+                    sums[k].append(v)
                 if epoch == 0 and j == 0:
-                    first_mb = {k: sum(v) / len(v) for k, v in m.items()}
+                    first_mb = means
         self.model.eval()
         return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
 
@@ -633,7 +693,8 @@ class Trainer:
         n_prompts = cfg.schedule.prompts_per_step
         mbs0 = self._mini_batches(step, 0, G, n_prompts)
         # the on-policy first mini-batch records its own old values in its update (see _update_micro)
-        old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0)
+        self._row_tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
+        old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0, mbs0)
         t3 = time.perf_counter()
         metrics, first_mb, skipped = self._updates(batch, adv, old_logp, entropy, cache, mbs0, n_prompts)
         t4 = time.perf_counter()
