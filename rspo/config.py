@@ -137,6 +137,12 @@ class RolloutConfig:
     """Decoding temperature of the periodic validation (0 = greedy)."""
     vllm_gpu_memory_utilization: float = 0.5
     """vLLM only: fraction of GPU memory the colocated engine may take."""
+    tensor_parallel_size: int = 1
+    """vLLM under torchrun: ranks that share one engine, each holding 1/N of every layer (a multiple
+    of it must run on each node; rspo.rollout.colocate). 1: an engine per rank."""
+    vllm_sleep: bool = False
+    """vLLM on GPUs: free the engine's weights and KV cache while the old pass and the updates run
+    (sleep mode, level 2), re-allocated before each weight sync. A no-op on vLLM's CPU build."""
 
     def validate(self, prefix: str) -> None:
         if self.backend not in BACKENDS:
@@ -154,6 +160,10 @@ class RolloutConfig:
             )
         if self.max_new_tokens < 1:
             raise _err(f"{prefix}.max_new_tokens", "must be >= 1")
+        if self.tensor_parallel_size < 1:
+            raise _err(f"{prefix}.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
+        if self.backend != "vllm" and (self.tensor_parallel_size > 1 or self.vllm_sleep):
+            raise _err(prefix, "tensor_parallel_size > 1 and vllm_sleep need backend: vllm")
         if self.val_temperature < 0:
             raise _err(f"{prefix}.val_temperature", "must be >= 0")
 
@@ -301,6 +311,8 @@ EXECUTION_ONLY: tuple[str, ...] = (
     "model.cpu_offload",
     "model.logits_chunk_tokens",
     "schedule.max_tokens_per_micro_batch",
+    "rollout.tensor_parallel_size",
+    "rollout.vllm_sleep",
 )
 # Settings added after runs existed, with the value those runs had: counted in the fingerprint
 # only where they differ from it (TrainConfig.fingerprint).

@@ -234,3 +234,17 @@ def test_two_ranks_with_a_token_budget_and_chunked_logits_equal_one_process(asse
     # other micro-batches sum the gradients in another order; over 12 Adam updates at lr 3e-2 that
     # rounding reaches rel 1.1e-4 in a metric and 6e-4 in a weight (the same micro-batches: 3e-5)
     assert_same_run(single, dp, rel=1e-3, atol=2e-3)
+
+
+@pytest.mark.slow
+def test_with_one_epoch_each_rank_holds_only_its_own_cache_rows(assets, tmp_path):
+    """ppo_epochs 1: a rank reads the old-router cache only for the rows it updates, which its own
+    old pass computed, so it holds half of them and nothing is summed over the ranks; index replay
+    (which routes by the cache) and RS still equal one process."""
+    algo = ("algorithm.algo=gmpo", "algorithm.router_shift=true", "algorithm.routing=index_replay")
+    ref, dp = tmp_path / "ref", tmp_path / "dp"
+    train(assets, ref, 1, "schedule.ppo_epochs=1", algo=algo)
+    train(assets, dp, 2, "schedule.ppo_epochs=1", algo=algo)
+    assert_same_run(ref, dp, ignore=("router/cache_bytes",))
+    for a, b in zip(metrics(ref)[1:], metrics(dp)[1:]):
+        assert b["router/cache_bytes"] == a["router/cache_bytes"] / 2

@@ -444,3 +444,18 @@ def test_a_bf16_preset_at_lr_1e_6_moves_nearly_every_weight(assets, tmp_path):
     assert {t.dtype for t in final.values()} == {torch.bfloat16}
     rows = read_metrics(tmp_path / "run")
     assert math.isfinite(rows[-1]["actor/pg_loss"]) and rows[-1]["actor/skipped_updates"] == 0.0
+
+
+def test_cpu_offload_without_torchrun_on_gpus_is_refused(assets, tmp_path):
+    cfg = make_cfg(assets)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, cpu_offload=True))
+    with pytest.raises(ValueError, match="model.cpu_offload: FSDP2's CPU offload needs torchrun on GPUs"):
+        Trainer(cfg, tmp_path / "run", task=digit_task())
+
+
+def test_tensor_parallel_rollouts_need_vllm(assets):
+    from rspo.config import ConfigError
+
+    rl = {"model": {"path": str(assets / "base")}, "rollout": {"tensor_parallel_size": 2}}
+    with pytest.raises(ConfigError, match="tensor_parallel_size > 1 and vllm_sleep need backend: vllm"):
+        train_config_from_dict(rl, run_name="t")

@@ -1,6 +1,11 @@
 """Under torchrun (2 gloo processes): a Trainer with rollout.backend=vllm runs 2 steps; after each
 step's sync every rank compares its own engine's log-probs with the gathered (full) training model
-and writes what it measured to OUT/rank<r>.json. Used by tests/test_distributed_vllm.py."""
+and writes what it measured to OUT/rank<r>.json: the log-prob gaps, the sync times, the first
+step's rollout rows, and the most bytes of gathered weight tensors a sync held at once (each tensor
+the sync hands to the engine is tracked until it is freed; resident memory cannot show it, the
+allocator reuses what the step just freed). Used by tests/test_distributed_vllm.py.
+
+    worker.py ASSETS OUT [TENSOR_PARALLEL_SIZE]"""
 
 import json
 import os
@@ -26,21 +31,59 @@ def gathered(model):
     return plain.eval()
 
 
+def track_held_weights(live: dict) -> None:
+    """Count the bytes of the gathered tensors a weight sync holds at once (peak in live["peak"])."""
+    import weakref
+
+    import rspo.rollout.vllm as V
+
+    real = V.checkpoint_weights
+
+    def released(nbytes: int) -> None:
+        live["now"] -= nbytes
+
+    def tracked(model, dtype=None):
+        for name, t in real(model, dtype):
+            live["now"] += t.nbytes
+            live["peak"] = max(live["peak"], live["now"])
+            weakref.finalize(t, released, t.nbytes)
+            yield name, t
+
+    V.checkpoint_weights = tracked
+
+
 if __name__ == "__main__":
     assets, out = Path(sys.argv[1]), Path(sys.argv[2])
-    trainer = Trainer(train_cfg(assets, prompts_per_step=4), out / "run", quiet=True, task=digit_task())
+    tp = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    trainer = Trainer(
+        train_cfg(assets, prompts_per_step=4, tensor_parallel_size=tp), out / "run", quiet=True, task=digit_task()
+    )
     rank = trainer.dist.rank
     report = {"rank": rank, "world_size": trainer.dist.world_size, "gaps": [], "sync_s": [], "executor": ""}
     engine = trainer.backend.engine.llm_engine
     report["executor"] = type(engine.model_executor).__name__
+    report["tp"] = engine.vllm_config.parallel_config.tensor_parallel_size
     report["gaps"].append(engine_logprob_gap(trainer.backend, gathered(trainer.model)))
+    live = {"now": 0, "peak": 0}
+    track_held_weights(live)
+    real_sync = trainer.backend.sync_weights
+
+    def measured_sync(model):
+        live["now"] = live["peak"] = 0
+        real_sync(model)
+        report.setdefault("sync_held_mib", []).append(live["peak"] / 2**20)
+
+    trainer.backend.sync_weights = measured_sync
     for _ in range(2):
         metrics = trainer.train_step()
+        if trainer.step == 0:
+            report["rollout_rows"] = trainer.last_batch.token_rows()
         trainer.step += 1
         report["sync_s"].append(metrics["perf/sync_s"])
         plain = gathered(trainer.model)
         report["gaps"].append(engine_logprob_gap(trainer.backend, plain))
         report.setdefault("weight_sums", []).append(float(sum(p.double().sum() for p in plain.parameters())))
+    report["model_mib"] = sum(p.numel() * 4 for p in gathered(trainer.model).parameters()) / 2**20
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     trainer.dist.barrier()
     os._exit(0)  # skip interpreter teardown of the in-process engines (nothing left to write)

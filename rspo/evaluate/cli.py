@@ -63,7 +63,20 @@ def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
     model.update((((preset.get("tasks") or {}).get(family) or {}).get("model")) or {})
     s.setdefault("dtype", model.get("dtype", "float32"))
     s.setdefault("device", model.get("device", "auto"))
+    s["tensor_parallel_size"] = engine_tensor_parallel(s.get("tensor_parallel_size", "auto"), s["backend"])
     return s
+
+
+def engine_tensor_parallel(setting: int | str, backend: str) -> int:
+    """A vLLM evaluation engine spans every GPU the job holds ("auto", the default: the visible
+    GPUs; 1 on a CPU or with the hf backend), or the number the preset gives."""
+    if backend != "vllm":
+        return 1
+    if setting == "auto":
+        import torch
+
+        return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+    return int(setting)
 
 
 class PhaseProgress:
@@ -115,6 +128,7 @@ def evaluate_countdown(
         dtype=settings.get("dtype", "float32"),
         device=settings.get("device", "auto"),
         progress=progress.advance if progress else None,
+        engine_options={"tensor_parallel_size": int(settings.get("tensor_parallel_size", 1))},
     )
     out: dict[str, Any] = {
         "model": str(model_dir),
@@ -222,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=settings["dtype"],
             device=settings["device"],
             progress=progress.advance,
+            engine_options={"tensor_parallel_size": settings["tensor_parallel_size"]},
         )
         kwargs = {k: settings[k] for k in ("benchmarks", "limit", "temperature", "workers") if k in settings}
         kwargs["on_benchmark"] = progress.start

@@ -56,8 +56,9 @@ def load_generator(
     model_dir = resolve_model(model_dir)
     tokenizer = load_tokenizer_checked(model_dir)
     model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
+    engine_options = dict(engine_options or {})
     engine = (
-        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=seed, **(engine_options or {}))
+        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=seed, **engine_options)
         if backend == "vllm"
         else make_backend("hf", model, tokenizer)
     )
@@ -92,5 +93,6 @@ def load_generator(
         "top_p": top_p,
         "seed": seed,
         "batching": "every prompt of a call at once" if backend == "vllm" else f"{batch_size} rows at a time",
+        "tensor_parallel_size": int(engine_options.get("tensor_parallel_size", 1)) if backend == "vllm" else 1,
     }
     return generate_fn

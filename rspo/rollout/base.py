@@ -66,6 +66,9 @@ class RolloutBackend(Protocol):
     def sync_weights(self, model) -> None:
         """Make the engine sample from the training model's current weights."""
 
+    def release(self) -> None:
+        """Free what the engine holds while training runs (vLLM's sleep mode on GPUs; else nothing)."""
+
 
 def pack_rows(
     prompt_rows: list[list[int]],

@@ -65,6 +65,9 @@ class HFBackend:
     def sync_weights(self, model) -> None:
         self.model = model
 
+    def release(self) -> None:
+        """Nothing to free: the backend samples from the training model itself."""
+
     @torch.no_grad()
     def generate(
         self,

@@ -93,6 +93,7 @@ from collections.abc import Iterator
 import torch
 
 from rspo.rollout.base import RolloutBatch, pack_rows, stop_token_ids
+from rspo.rollout.colocate import EngineSleep
 from rspo.seeding import row_seed
 
 KV_CACHE_GIB = 1.0  # CPU engines: KV cache size (GiB) when none is given
@@ -129,15 +130,19 @@ def engine_kwargs(
     max_model_len: int | None,
     gpu_memory_utilization: float,
     kv_cache_gib: float | None,
+    tensor_parallel_size: int = 1,
+    sleep: bool = False,
+    load_format: str = "dummy",
 ) -> dict:
-    """``vllm.LLM`` arguments for a colocated engine: CPU vs GPU, one process vs torchrun."""
+    """``vllm.LLM`` arguments for a colocated engine: CPU vs GPU, one process vs torchrun (one
+    engine per rank, or one per tensor-parallel group of ranks: rspo.rollout.colocate)."""
     kw = dict(
         model=model_path,
         dtype=dtype,
         seed=seed,
         max_model_len=max_model_len,
         enable_prefix_caching=True,
-        load_format="dummy",  # the weights come through sync_weights (see VLLMBackend)
+        load_format=load_format,  # dummy: the weights come through sync_weights (see VLLMBackend)
     )
     if _on_cpu():
         kw.update(
@@ -151,10 +156,15 @@ def engine_kwargs(
         kw.update(gpu_memory_utilization=gpu_memory_utilization)
         if kv_cache_gib:
             kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30))
+        if sleep:  # vLLM's CUDA memory pool, so the engine can free weights and KV cache (colocate.py)
+            kw.update(enable_sleep_mode=True)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # torchrun: one engine per rank inside the training process group (vLLM's external DP).
+        # torchrun: engines inside the training process group (vLLM's external launcher): one per
+        # rank, or one per group of tensor_parallel_size ranks (rspo.rollout.colocate).
         # (Not `torch.distributed.is_initialized()`: a one-process engine initialises a world of 1.)
-        kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+        kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=tensor_parallel_size)
+    elif tensor_parallel_size > 1:  # one process (evaluation): vLLM starts its own workers on the GPUs
+        kw.update(tensor_parallel_size=tensor_parallel_size)
     return kw
 
 
@@ -251,6 +261,8 @@ class VLLMBackend:
         seed: int = 0,
         max_model_len: int | None = None,
         kv_cache_gib: float | None = None,
+        tensor_parallel_size: int = 1,
+        sleep: bool = False,
         engine=None,
         sampling_params_cls=None,
         on_cpu: bool | None = None,
@@ -270,6 +282,9 @@ class VLLMBackend:
             on_cpu = _on_cpu() if on_cpu is None else on_cpu
             if on_cpu:
                 check_cpu_head_size(str(model_path))
+            # an evaluation engine over several GPUs in one process runs vLLM's own worker processes,
+            # which an in-process reload cannot reach: they read the checkpoint files themselves
+            own_workers = model is None and tensor_parallel_size > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1
             engine = LLM(
                 **engine_kwargs(
                     str(model_path),
@@ -278,22 +293,37 @@ class VLLMBackend:
                     max_model_len=max_model_len,
                     gpu_memory_utilization=gpu_memory_utilization,
                     kv_cache_gib=kv_cache_gib,
+                    tensor_parallel_size=tensor_parallel_size,
+                    sleep=sleep,
+                    load_format="auto" if own_workers else "dummy",
                 )
             )
             self.engine = engine
             self.on_cpu = bool(on_cpu)
             # the engine starts on dummy weights: its real ones take the same path as every later
             # sync (from the training model, or from the checkpoint files when there is none)
-            self._reload(checkpoint_weights(model, self.dtype) if model is not None else file_weights(str(model_path)))
+            if not own_workers:
+                self._reload(
+                    checkpoint_weights(model, self.dtype) if model is not None else file_weights(str(model_path))
+                )
         self.engine = engine
         self.sampling_params_cls = sampling_params_cls
         self.on_cpu = bool(on_cpu)
+        self.tensor_parallel_size = tensor_parallel_size
+        self.sleeper = EngineSleep(engine, sleep, self.on_cpu)
         self.last_sync_s = 0.0  # wall time of the last sync_weights (the trainer logs it)
+
+    def release(self) -> None:
+        """After a rollout: free the engine's weights and KV cache while training runs (GPU sleep
+        mode, rollout.vllm_sleep; rspo.rollout.colocate). The next ``sync_weights`` wakes it."""
+        self.sleeper.release()
 
     def _reload(self, weights) -> None:
         # zero-size tensors (e.g. the empty shared expert of a Qwen2-MoE without one, which
-        # save_pretrained writes) have no counterpart in the engine, whose loader refuses them
-        weights = [(name, t) for name, t in weights if t.numel()]
+        # save_pretrained writes) have no counterpart in the engine, whose loader refuses them.
+        # A generator: the tensors are gathered and handed over one at a time (the worker's
+        # reload consumes the iterator layer by layer), never all of the model at once.
+        weights = ((name, t) for name, t in weights if t.numel())
         if self.on_cpu:  # the one CPU/GPU difference: the CPU kernels' post-load steps are redone
             self.engine.collective_rpc(_cpu_reload, args=(weights,))
         else:
@@ -308,6 +338,7 @@ class VLLMBackend:
 
         t0 = time.perf_counter()
         self.model = model
+        self.sleeper.wake()  # a released engine gets its memory back before the weights arrive
         self._reload(checkpoint_weights(model, self.dtype))  # fp32 master weights cast per shard, then gathered
         self.last_sync_s = time.perf_counter() - t0
 

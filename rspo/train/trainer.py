@@ -93,6 +93,7 @@ from rspo.models import (
 from rspo.progress import Progress, train_progress_metrics
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.base import pack_rows, stop_token_ids
+from rspo.rollout.colocate import check_tensor_parallel, generate_share
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
@@ -163,6 +164,8 @@ class Trainer:
         if self.dist.enabled:
             check_world_size(cfg, self.dist.world_size)
         self.reward_workers = self.dist.node_share(cfg.data.reward_workers)  # a per-node budget
+        self.tp = cfg.rollout.tensor_parallel_size  # ranks sharing one engine (rspo.rollout.colocate)
+        check_tensor_parallel(self.tp, self.dist, cfg.rollout.backend)
         self.device = rank_device(resolve_device(cfg.model.device), self.dist)
         self.task: Task = task or get_task(cfg.data.task, cfg.data.prompt_format)
         self.train_records = load_records(self.task, cfg.data.train_path)
@@ -211,6 +214,8 @@ class Trainer:
             self.tokenizer,
             model_path=cfg.model.path,
             gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+            tensor_parallel_size=self.tp,
+            sleep=cfg.rollout.vllm_sleep,
             dtype=cfg.model.dtype,
             seed=cfg.seed,
             all_done=all_done,
@@ -596,16 +601,22 @@ class Trainer:
         records = self._sample_prompts(step)
         lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
         t0 = time.perf_counter()
+        sampling = dict(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            seed=derive_seed(cfg.seed, step, 1),
+        )
         with self._generation_precision():
-            local = self.backend.generate(
-                [self.task.prompt(r) for r in records[lo:hi]],
-                G,
-                temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p,
-                max_new_tokens=cfg.rollout.max_new_tokens,
-                seed=derive_seed(cfg.seed, step, 1),
-                row_offset=lo * G,
-            )
+            if self.tp > 1:  # the group's prompts together, each rank keeps its rows (rspo.rollout.colocate)
+                local = generate_share(
+                    self.backend, [self.task.prompt(r) for r in records], G, self.dist, self.tp, **sampling
+                )
+            else:
+                local = self.backend.generate(
+                    [self.task.prompt(r) for r in records[lo:hi]], G, row_offset=lo * G, **sampling
+                )
+        self.backend.release()  # vLLM sleep mode on GPUs: the engine's memory is free until the next sync
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
@@ -749,6 +760,24 @@ class Trainer:
             lo = self.dist.rank * per
             mine = records[lo : lo + per]
             mine = mine + [records[0]] * (per - len(mine))
+            if self.tp > 1:  # the group's records together, each rank keeps its own (rspo.rollout.colocate)
+                padded = records + [records[0]] * (W * per - len(records))
+                prompts = [self.task.prompt(r) for r in padded]
+                seed = derive_seed(self.cfg.seed, self.step, 3)
+                sampling = dict(temperature=self.cfg.rollout.val_temperature, top_p=1.0, seed=seed)
+                batch = generate_share(
+                    self.backend,
+                    prompts,
+                    1,
+                    self.dist,
+                    self.tp,
+                    max_new_tokens=self.cfg.rollout.max_new_tokens,
+                    **sampling,
+                )
+                scored = self.task.score_batch(batch.responses, mine, self.reward_workers)
+                scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
+                out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
+                continue
             with self._generation_precision():
                 scored = generate_and_score(
                     self.backend,

@@ -1,0 +1,96 @@
+"""A vLLM engine that shares the node's GPUs with training: tensor parallel across the training
+ranks, and asleep while the actor updates.
+
+Tensor parallelism (``rollout.tensor_parallel_size`` N, torchrun only): every rank builds its
+engine with vLLM's ``external_launcher`` executor and ``tensor_parallel_size=N``; vLLM lays the
+torch world out as external data parallel x tensor parallel, so ranks [gN, (g+1)N) hold one engine
+between them, each a 1/N shard of every layer (the weights of Qwen3-30B-A3B: 57 GiB / 8 = 7.1 GiB a
+GPU, where one engine per GPU needs all 57). The N ranks of a group must submit the same requests
+at the same time (the engine's forward is a collective among them). ``generate_share`` does that:
+each rank knows every prompt of the step (they are drawn from the seed), so the ranks of a group
+submit the union of their shares, in rank order, with the seeds of the global rows they stand for,
+and each keeps its own rows. Nothing is exchanged; the samples are those tensor parallel size 1
+gives (the same seeded requests; equal on vLLM's CPU build with TP 2, tests/test_rollout_vllm.py),
+up to the float rounding of the tensor-parallel reductions at an exact near-tie. Weight sync is
+unchanged: every rank streams the full (gathered) tensors layer by layer and each engine's loader
+keeps its shard.
+
+Sleep (``rollout.vllm_sleep``, GPUs only): vLLM's sleep mode at level 2 frees the engine's weights
+and KV cache while the old pass and the updates run (every step reloads the weights anyway), and
+``wake`` re-allocates both before the next weight sync. The engine must be built with
+``enable_sleep_mode=True`` (vLLM's CUDA memory pool). vLLM's CPU build refuses sleep mode
+("not supported on current platform"), so on a CPU these are no-ops with one log line; the GPU
+path (``_sleep`` / ``_wake``) is the part of this module no test here runs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from rspo.distributed import Dist
+from rspo.rollout.base import RolloutBatch
+
+log = logging.getLogger(__name__)
+
+SLEEP_LEVEL = 2  # discard weights and KV cache (level 1 would keep the weights in host memory)
+
+
+def check_tensor_parallel(tp: int, dist: Dist, backend: str) -> None:
+    """A tensor-parallel engine spans whole groups of ranks on one node."""
+    if tp == 1:
+        return
+    if backend != "vllm":
+        raise ValueError(f"rollout.tensor_parallel_size={tp}: only the vllm backend shards its engine")
+    if not dist.enabled or dist.world_size % tp or dist.local_world_size % tp:
+        raise ValueError(
+            f"rollout.tensor_parallel_size={tp} needs torchrun with a multiple of {tp} processes on each node "
+            f"(got {dist.world_size} processes, {dist.local_world_size} on this node): the engine is sharded "
+            "over the training ranks (vLLM's external_launcher)"
+        )
+
+
+def generate_share(backend, prompts: list[str], n: int, dist: Dist, tp: int, *, row_offset: int = 0, **sampling):
+    """This rank's contiguous share (len(prompts) / world) of ``n`` responses per prompt. With
+    ``tp`` > 1 the ranks of a tensor-parallel group submit the group's prompts together and each
+    keeps its own rows (see the module docstring). Row seeds are the global rows'."""
+    per = len(prompts) // dist.world_size
+    lo = dist.rank * per
+    if tp == 1:
+        return backend.generate(prompts[lo : lo + per], n, row_offset=row_offset + lo * n, **sampling)
+    g0 = (dist.rank // tp) * tp * per
+    batch: RolloutBatch = backend.generate(prompts[g0 : g0 + tp * per], n, row_offset=row_offset + g0 * n, **sampling)
+    k = dist.rank % tp
+    return batch.select(torch.arange(k * per * n, (k + 1) * per * n))
+
+
+class EngineSleep:
+    """Puts a vLLM engine to sleep between its rollouts and the next weight sync (GPU only)."""
+
+    def __init__(self, engine, enabled: bool, on_cpu: bool) -> None:
+        self.engine = engine
+        self.enabled = enabled and not on_cpu
+        self.asleep = False
+        if enabled and on_cpu:
+            log.warning("rollout.vllm_sleep: vLLM's CPU build has no sleep mode; the engine stays awake")
+
+    def release(self) -> None:
+        """Free the engine's weights and KV cache (after a rollout, before the old pass)."""
+        if self.enabled and not self.asleep:
+            _sleep(self.engine)
+            self.asleep = True
+
+    def wake(self) -> None:
+        """Re-allocate them (before the weight sync fills the weights again)."""
+        if self.asleep:
+            _wake(self.engine)
+            self.asleep = False
+
+
+def _sleep(engine) -> None:
+    engine.sleep(level=SLEEP_LEVEL)
+
+
+def _wake(engine) -> None:
+    engine.wake_up()

@@ -1,0 +1,110 @@
+"""rspo.rollout.colocate: which configurations may shard an engine over ranks, each rank's share of
+a tensor-parallel group's rollout, and the sleep / wake order around a weight sync (the GPU path
+driven by a fake engine; vLLM's CPU build has no sleep mode and is skipped with one log line).
+The real engine sharded over two ranks: tests/test_distributed_vllm.py."""
+
+import logging
+
+import pytest
+import torch
+
+from rspo.distributed import Dist
+from rspo.rollout.base import RolloutBatch
+from rspo.rollout.colocate import EngineSleep, check_tensor_parallel, generate_share
+
+
+def test_a_sharded_engine_needs_torchrun_vllm_and_whole_groups():
+    check_tensor_parallel(1, Dist(), "hf")
+    check_tensor_parallel(2, Dist(rank=0, world_size=4, local_world_size=4), "vllm")
+    with pytest.raises(ValueError, match="only the vllm backend"):
+        check_tensor_parallel(2, Dist(rank=0, world_size=2, local_world_size=2), "hf")
+    with pytest.raises(ValueError, match="needs torchrun with a multiple of 2"):
+        check_tensor_parallel(2, Dist(), "vllm")
+    with pytest.raises(ValueError, match="needs torchrun with a multiple of 4"):
+        check_tensor_parallel(4, Dist(rank=0, world_size=8, local_world_size=2), "vllm")  # groups across nodes
+
+
+class FakeEngineBackend:
+    """Records each generate call; row i of a call is a response naming its global row."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, n, *, row_offset=0, **sampling):
+        self.calls.append((list(prompts), n, row_offset, sampling))
+        B = len(prompts) * n
+        ids = torch.arange(row_offset, row_offset + B)[:, None].repeat(1, 2)
+        return RolloutBatch(ids, torch.ones_like(ids), 1, torch.ones(B, 1), [f"row{row_offset + i}" for i in range(B)])
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_each_rank_keeps_its_rows_of_its_groups_rollout(tp):
+    prompts = [f"p{i}" for i in range(8)]  # 8 prompts over 4 ranks: 2 each
+    shares = {}
+    for rank in range(4):
+        backend = FakeEngineBackend()
+        batch = generate_share(backend, prompts, 3, Dist(rank=rank, world_size=4, local_world_size=4), tp, seed=9)
+        shares[rank] = batch.responses
+        ((called, n, offset, sampling),) = backend.calls
+        group = rank // tp
+        assert called == prompts[group * tp * 2 : (group + 1) * tp * 2]  # the group's prompts, in rank order
+        assert n == 3 and offset == group * tp * 2 * 3 and sampling == {"seed": 9}  # global row seeds
+    for rank in range(4):  # every rank's own rows, as with an engine per rank
+        assert shares[rank] == [f"row{r}" for r in range(rank * 6, rank * 6 + 6)]
+
+
+class FakeLLM:
+    def __init__(self):
+        self.events = []
+
+    def sleep(self, level):
+        self.events.append(f"sleep{level}")
+
+    def wake_up(self):
+        self.events.append("wake")
+
+    def collective_rpc(self, method, args=(), kwargs=None):
+        self.events.append(f"reload:{sum(1 for _ in (kwargs or {}).get('weights_iterator', args[0] if args else []))}")
+        return [None]
+
+    def reset_prefix_cache(self):
+        self.events.append("reset")
+
+
+def test_on_a_gpu_the_engine_sleeps_after_a_rollout_and_wakes_before_the_next_sync():
+    from tiny_moe import make_tiny_moe
+
+    from rspo.rollout.vllm import VLLMBackend
+    from rspo.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    model = make_tiny_moe("qwen3_moe", vocab=len(tok))
+    llm = FakeLLM()
+    backend = VLLMBackend(model, tok, engine=llm, sampling_params_cls=object, on_cpu=False, sleep=True, dtype="float32")
+    backend.release()
+    backend.release()  # already asleep: once
+    backend.sync_weights(model)
+    assert llm.events[:2] == ["sleep2", "wake"] and llm.events[2].startswith("reload:") and llm.events[3] == "reset"
+    assert int(llm.events[2].split(":")[1]) > 0  # the weights arrived after the wake-up
+    backend.sync_weights(model)  # awake: no second wake-up
+    assert llm.events.count("wake") == 1
+
+
+def test_on_a_cpu_sleep_mode_is_skipped_with_one_log_line(caplog):
+    llm = FakeLLM()
+    with caplog.at_level(logging.WARNING, logger="rspo.rollout.colocate"):
+        sleeper = EngineSleep(llm, enabled=True, on_cpu=True)
+    sleeper.release()
+    sleeper.wake()
+    assert llm.events == [] and "no sleep mode" in caplog.text
+    off = EngineSleep(llm, enabled=False, on_cpu=False)
+    off.release()
+    assert llm.events == []
+
+
+def test_an_evaluation_engine_spans_the_jobs_gpus():
+    from rspo.evaluate.cli import engine_tensor_parallel
+
+    assert engine_tensor_parallel("auto", "hf") == 1
+    assert engine_tensor_parallel("auto", "vllm") == (torch.cuda.device_count() if torch.cuda.is_available() else 1)
+    assert engine_tensor_parallel(4, "vllm") == 4
