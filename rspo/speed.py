@@ -214,7 +214,7 @@ def bench_model(
             wall, n_tok = raw.step(ours.last_batch, mbs, ours.tokenizer.pad_token_id)
             rows["raw train"].append({"update_s": wall, "update_tok_s": n_tok / wall})
         if gen is not None:
-            prompts = [ours.task.prompt(r) for r in ours._sample_prompts(ours.step - 1)]
+            prompts = [ours.task.prompt(r) for r in ours.rollouts.sample_prompts(ours.step - 1)]
             wall, n_tok = gen.step(prompts, G, cfg.rollout.max_new_tokens, seed=ours.step)
             rows["generate"].append({"rollout_s": wall, "rollout_tok_s": n_tok / wall})
         progress.update(len(rows["rspo"]), {"s/step": m["perf/step_s"]})

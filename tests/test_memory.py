@@ -15,8 +15,8 @@ from rspo.distributed import Dist
 from rspo.losses import group_advantages
 from rspo.router import RoutingMode
 from rspo.train.forward import policy_forward
-from rspo.train.memory import RowCache, pack_micro_batches, row_tokens
-from rspo.train.trainer import Trainer, _weighted_mean
+from rspo.train.memory import RowCache, merge_micro_metrics, pack_micro_batches, row_tokens
+from rspo.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def one_update(assets, tmp_path, algo, budget):
         ),
     )
     tr = Trainer(cfg, tmp_path / f"b{budget}", task=digit_task())
-    batch, rewards, _ = tr._rollout(0)
+    batch, rewards, _ = tr.rollouts.rollout(0, tr.device)
     adv = group_advantages(rewards, cfg.rollout.group_size)
     mbs = tr._mini_batches(0, 0, cfg.rollout.group_size, 4)
     tr._row_tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
@@ -64,7 +64,7 @@ def one_update(assets, tmp_path, algo, budget):
     tr.optimizer.step = captured_step
     tr.model.train()
     metrics = tr._update_mini_batch(batch, mbs[0], adv, old_logp, cache, None)
-    means = {k: _weighted_mean(v, tr._by_tokens(k)) for k, v in metrics.items()}
+    means = merge_micro_metrics(metrics, cfg.algorithm.algo)
     return grads, means, len(tr._micro_batches(mbs[0]))
 
 

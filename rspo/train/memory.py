@@ -91,6 +91,31 @@ def pack_micro_batches(rows: torch.Tensor, lengths: torch.Tensor, budget: int, m
     return [torch.tensor(sorted(mb), dtype=rows.dtype) for mb in out]
 
 
+# Metrics that are means over response tokens (rspo.losses); the others are means over responses.
+TOKEN_METRICS = frozenset({"actor/ppo_kl", "actor/pg_clipfrac", "router/shift_ratio_mean", "router/shift_clipfrac"})
+
+
+def weighted_mean(values: list[tuple[float, int, int]], by_tokens: bool = False) -> float:
+    """The mini-batch's value from its micro-batches' (value, valid responses, valid tokens):
+    token means weighted by tokens, response means by responses, so the logged number does not
+    depend on how the rows were split (over micro-batches or ranks). One value is returned as it is."""
+    if len(values) == 1:
+        return values[0][0]
+    w = [(t if by_tokens else r) for _, r, t in values]
+    if sum(w) == 0:
+        return sum(v for v, _, _ in values) / len(values)
+    return sum(v * x for (v, _, _), x in zip(values, w)) / sum(w)
+
+
+def merge_micro_metrics(metrics: dict[str, list[tuple[float, int, int]]], algo: str) -> dict[str, float]:
+    """One update's metrics from its micro-batches' (GSPO clips sequences: its clipfrac is a mean
+    over responses)."""
+    return {
+        k: weighted_mean(v, k in TOKEN_METRICS and not (k == "actor/pg_clipfrac" and algo == "gspo"))
+        for k, v in metrics.items()
+    }
+
+
 # ------------------------------------------------------------------------------ chunked log-probs
 
 

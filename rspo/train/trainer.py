@@ -59,7 +59,6 @@ Implementation choices that change no result (up to float rounding):
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections import defaultdict
@@ -92,8 +91,7 @@ from rspo.models import (
 )
 from rspo.progress import Progress, train_progress_metrics
 from rspo.rollout import RolloutBatch, make_backend
-from rspo.rollout.base import pack_rows, stop_token_ids
-from rspo.rollout.colocate import check_tensor_parallel, generate_share
+from rspo.rollout.colocate import check_tensor_parallel
 from rspo.router import (
     OldRouterCache,
     RoutingMode,
@@ -101,14 +99,21 @@ from rspo.router import (
     router_spec,
 )
 from rspo.seeding import derive_seed
-from rspo.tasks import Task, generate_and_score, get_task, load_records
+from rspo.tasks import Task, get_task
 from rspo.train import checkpoint
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
-from rspo.train.memory import RowCache, enable_activation_checkpointing, pack_micro_batches, row_tokens
+from rspo.train.memory import (
+    RowCache,
+    enable_activation_checkpointing,
+    merge_micro_metrics,
+    pack_micro_batches,
+    row_tokens,
+)
 from rspo.train.optim import build_optimizer
 from rspo.train.precision import Precision, load_and_shard
+from rspo.train.rollouts import Rollouts
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
 
 __all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
@@ -127,22 +132,6 @@ def _stochastic(model: torch.nn.Module) -> bool:
 
 class TooManyNonFinite(RuntimeError):
     pass
-
-
-# Metrics that are means over response tokens (rspo.losses); the others are means over responses.
-TOKEN_METRICS = frozenset({"actor/ppo_kl", "actor/pg_clipfrac", "router/shift_ratio_mean", "router/shift_clipfrac"})
-
-
-def _weighted_mean(values: list[tuple[float, int, int]], by_tokens: bool = False) -> float:
-    """The mini-batch's value from its micro-batches' (value, valid responses, valid tokens):
-    token means weighted by tokens, response means by responses, so the logged number does not
-    depend on how the rows were split (over micro-batches or ranks). One value is returned as it is."""
-    if len(values) == 1:
-        return values[0][0]
-    w = [(t if by_tokens else r) for _, r, t in values]
-    if sum(w) == 0:
-        return sum(v for v, _, _ in values) / len(values)
-    return sum(v * x for (v, _, _), x in zip(values, w)) / sum(w)
 
 
 class Trainer:
@@ -168,12 +157,10 @@ class Trainer:
         check_tensor_parallel(self.tp, self.dist, cfg.rollout.backend)
         self.device = rank_device(resolve_device(cfg.model.device), self.dist)
         self.task: Task = task or get_task(cfg.data.task, cfg.data.prompt_format)
-        self.train_records = load_records(self.task, cfg.data.train_path)
-        self.val_records = {name: load_records(self.task, path) for name, path in cfg.data.val_paths.items()}
-        if cfg.schedule.val_size:
-            self.val_records = {k: v[: cfg.schedule.val_size] for k, v in self.val_records.items()}
         meta = read_meta(cfg.model.path) if Path(cfg.model.path).is_dir() else {}
         self.tokenizer = load_tokenizer_checked(cfg.model.path, meta.get("tokenizer_fingerprint"))
+        # prompts, rollouts and validation (the records are read and checked before the model loads)
+        self.rollouts = Rollouts(cfg, self.task, self.tokenizer, self.dist, self.reward_workers)
         # fp32 master weights, forwards in model.dtype; under torchrun read on the CPU, then upcast and
         # sharded layer by layer (each shard on its GPU): rspo.train.precision
         self.precision = Precision.of(cfg.model.dtype, self.device, self.dist)
@@ -185,8 +172,6 @@ class Trainer:
             cpu_offload=cfg.model.cpu_offload,
             prepare=self._prepare_model,
         )
-        self.train_records = self._drop_long(self.train_records, "train")
-        self.val_records = {k: self._drop_long(v, k) for k, v in self.val_records.items()}
         self.spec = router_spec(self.model)
         self.routing = RoutingMode(cfg.algorithm.routing)
         self.use_router_cache = (
@@ -220,6 +205,7 @@ class Trainer:
             seed=cfg.seed,
             all_done=all_done,
         )
+        self.rollouts.backend, self.rollouts.precision = self.backend, self.precision
         self.collapse = CollapseDetector(
             cfg.tracking.collapse_window, cfg.tracking.collapse_drop, cfg.tracking.collapse_kl_spike
         )
@@ -228,7 +214,6 @@ class Trainer:
         self.tracker = None
         self._tracker_factory = tracker_factory
         self.metrics_path = self.folder.metrics_path
-        self._perm: tuple[int, list[int]] = (-1, [])
         self._row_tokens = torch.zeros(0, dtype=torch.long)  # tokens of each row of the step's batch
         self._last_logged: dict[str, float] = {}
         self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
@@ -238,29 +223,6 @@ class Trainer:
         if self.cfg.model.gradient_checkpointing:
             enable_activation_checkpointing(model)
         model.config.use_cache = False
-
-    def _generation_precision(self):
-        """The hf backend decodes with the training model: in the compute dtype (rspo.train.precision);
-        a vLLM engine has its own dtype."""
-        return self.precision.autocast() if self.cfg.rollout.backend == "hf" else contextlib.nullcontext()
-
-    def _drop_long(self, records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-        """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
-        limit = self.cfg.data.max_prompt_tokens
-        prompts = [self.task.prompt(r) for r in records]
-        # a token spans >= 1 character, plus at most a couple of special tokens: only long texts need counting
-        long_idx = [i for i, t in enumerate(prompts) if len(t) + 2 > limit]
-        lengths = [len(p) for p in prompts]
-        if long_idx:
-            counted = self.tokenizer([prompts[i] for i in long_idx])["input_ids"]
-            for i, ids in zip(long_idx, counted):
-                lengths[i] = len(ids)
-        kept = [r for r, n, t in zip(records, lengths, prompts) if n <= limit or len(t) + 2 <= limit]
-        if not kept:
-            raise ValueError(
-                f"every {name} prompt is longer than data.max_prompt_tokens={limit} (shortest: {min(lengths)} tokens)"
-            )
-        return kept
 
     # ------------------------------------------------------------------ run folder and resume
 
@@ -338,45 +300,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
 
-    def _epoch_order(self, epoch: int) -> list[int]:
-        """Seeded permutation of the training prompts for one pass (cached: it is O(n))."""
-        if self._perm[0] != epoch:
-            n = len(self.train_records)
-            self._perm = (epoch, random.Random(derive_seed(self.cfg.seed, 7, epoch)).sample(range(n), n))
-        return self._perm[1]
-
-    def _sample_prompts(self, step: int) -> list[dict[str, Any]]:
-        """Prompts of a step: consecutive slices of per-epoch permutations, a pure function of
-        (seed, step), so a resumed run draws the same prompts without saved sampler state."""
-        n = len(self.train_records)
-        k = self.cfg.schedule.prompts_per_step
-        out = []
-        for j in range(k):
-            epoch, pos = divmod(step * k + j, n)
-            out.append(self.train_records[self._epoch_order(epoch)[pos]])
-        return out
-
     def _local_rows(self, mb: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous share of a mini-batch's rows (all of them in one process)."""
         lo, hi = self.dist.shard_bounds(len(mb))
         return mb[lo:hi]
-
-    def _gather_rollout(
-        self, local: RolloutBatch, local_scored: list[tuple[float, str]]
-    ) -> tuple[RolloutBatch, list[tuple[float, str]]]:
-        """All ranks' rollout rows (in rank order) packed into the layout one process builds."""
-        if not self.dist.enabled:
-            return local, local_scored
-        prompts, responses = local.token_rows()
-        parts = self.dist.all_gather_object((prompts, responses, local.responses, local_scored))
-        batch = pack_rows(
-            [p for part in parts for p in part[0]],
-            [r for part in parts for r in part[1]],
-            self.tokenizer,
-            texts=[t for part in parts for t in part[2]],
-            device=self.device,
-        )
-        return batch, [x for part in parts for x in part[3]]
 
     def _split(self, rows: torch.Tensor) -> list[torch.Tensor]:
         sc = self.cfg.schedule
@@ -574,16 +501,6 @@ class Trainer:
         scaled.backward()
         return m
 
-    def _special_stop_frac(self, batch: RolloutBatch) -> float:
-        """Share of responses ended by a special token other than EOS (pad, bos, unk, ...): the
-        rollout stops there, since the decoded text the verifier sees skips special tokens."""
-        eos = self.tokenizer.eos_token_id
-        eos = set(eos if isinstance(eos, list) else [eos])
-        special = torch.tensor([i for i in stop_token_ids(self.tokenizer) if i not in eos] or [-1])
-        lengths = batch.response_mask.sum(1).long()  # (B,)
-        last = batch.response_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1).cpu()  # (B,)
-        return float(torch.isin(last, special).float().mean())
-
     def _mini_batches(self, step: int, epoch: int, G: int, n_prompts: int) -> list[torch.Tensor]:
         order = random.Random(derive_seed(self.cfg.seed, step, 11, epoch)).sample(range(n_prompts), n_prompts)
         per = self.cfg.schedule.mini_batch_prompts
@@ -592,36 +509,6 @@ class Trainer:
             prompts = torch.tensor(order[i : i + per])
             mbs.append((prompts[:, None] * G + torch.arange(G)[None, :]).reshape(-1))  # rows of those groups
         return mbs
-
-    def _rollout(self, step: int) -> tuple[RolloutBatch, torch.Tensor, float]:
-        """This rank's share of the step's prompts, G responses each, scored; every rank's rows
-        gathered into the batch one process builds. -> (batch, rewards (B,), generation seconds)"""
-        cfg = self.cfg
-        G = cfg.rollout.group_size
-        records = self._sample_prompts(step)
-        lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
-        t0 = time.perf_counter()
-        sampling = dict(
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            seed=derive_seed(cfg.seed, step, 1),
-        )
-        with self._generation_precision():
-            if self.tp > 1:  # the group's prompts together, each rank keeps its rows (rspo.rollout.colocate)
-                local = generate_share(
-                    self.backend, [self.task.prompt(r) for r in records], G, self.dist, self.tp, **sampling
-                )
-            else:
-                local = self.backend.generate(
-                    [self.task.prompt(r) for r in records[lo:hi]], G, row_offset=lo * G, **sampling
-                )
-        self.backend.release()  # vLLM sleep mode on GPUs: the engine's memory is free until the next sync
-        t_gen = time.perf_counter() - t0
-        per_response = [r for r in records[lo:hi] for _ in range(G)]
-        local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
-        batch, scored = self._gather_rollout(local, local_scored)
-        return batch, torch.tensor([s for s, _ in scored], dtype=torch.float32), t_gen
 
     def _update_mini_batch(self, batch, mb, adv, old_logp, cache, record) -> dict[str, list[float]] | None:
         """One optimiser update on mini-batch ``mb`` (its micro-batches accumulate); -> its metrics
@@ -664,10 +551,6 @@ class Trainer:
         metrics["actor/grad_norm"].append((float(grad_norm), 1, 1))
         return metrics
 
-    def _by_tokens(self, key: str) -> bool:
-        """Whether a loss metric is a mean over tokens (GSPO clips sequences: its clipfrac is not)."""
-        return key in TOKEN_METRICS and not (key == "actor/pg_clipfrac" and self.cfg.algorithm.algo == "gspo")
-
     def _updates(self, batch, adv, old_logp, entropy, cache, mbs0, n_prompts):
         """The step's ppo_epochs x mini-batch updates. -> (metrics averaged over updates, the
         first (on-policy) mini-batch's metrics, number of skipped updates)"""
@@ -685,7 +568,7 @@ class Trainer:
                 if m is None:
                     skipped += 1
                     continue
-                means = {k: _weighted_mean(v, self._by_tokens(k)) for k, v in m.items()}
+                means = merge_micro_metrics(m, self.cfg.algorithm.algo)
                 for k, v in means.items():
                     sums[k].append(v)
                 if epoch == 0 and j == 0:
@@ -698,7 +581,7 @@ class Trainer:
         cfg, step = self.cfg, self.step
         G = cfg.rollout.group_size
         t0 = time.perf_counter()
-        batch, rewards, t_gen = self._rollout(step)
+        batch, rewards, t_gen = self.rollouts.rollout(step, self.device)
         adv = group_advantages(rewards, G).to(self.device)
         t2 = time.perf_counter()
         n_prompts = cfg.schedule.prompts_per_step
@@ -724,7 +607,7 @@ class Trainer:
                 "actor/entropy": float(masked_mean(entropy, mask.bool())),
                 "actor/response_entropy": response_entropy(entropy, mask),
                 "response_length/mean": float(mask.sum(1).mean()),
-                "response/special_stop_frac": self._special_stop_frac(batch),
+                "response/special_stop_frac": self.rollouts.special_stop_frac(batch),
                 "actor/skipped_updates": float(skipped),
                 "actor/lr": float(self.scheduler.get_last_lr()[0]),
                 "perf/rollout_s": t_gen,
@@ -749,49 +632,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
 
-    @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Held-out score; ranks take equal contiguous shares (the last padded with repeats of
-        the first record, whose scores are dropped) so they decode the same number of batches."""
-        out = {}
-        W = self.dist.world_size
-        for name, records in self.val_records.items():
-            per = -(-len(records) // W)
-            lo = self.dist.rank * per
-            mine = records[lo : lo + per]
-            mine = mine + [records[0]] * (per - len(mine))
-            if self.tp > 1:  # the group's records together, each rank keeps its own (rspo.rollout.colocate)
-                padded = records + [records[0]] * (W * per - len(records))
-                prompts = [self.task.prompt(r) for r in padded]
-                seed = derive_seed(self.cfg.seed, self.step, 3)
-                sampling = dict(temperature=self.cfg.rollout.val_temperature, top_p=1.0, seed=seed)
-                batch = generate_share(
-                    self.backend,
-                    prompts,
-                    1,
-                    self.dist,
-                    self.tp,
-                    max_new_tokens=self.cfg.rollout.max_new_tokens,
-                    **sampling,
-                )
-                scored = self.task.score_batch(batch.responses, mine, self.reward_workers)
-                scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
-                out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
-                continue
-            with self._generation_precision():
-                scored = generate_and_score(
-                    self.backend,
-                    self.task,
-                    mine,
-                    temperature=self.cfg.rollout.val_temperature,
-                    max_new_tokens=self.cfg.rollout.max_new_tokens,
-                    workers=self.reward_workers,
-                    seed=derive_seed(self.cfg.seed, self.step, 3),
-                    row_offset=lo,
-                )
-            scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
-            out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
-        return out
+        """Held-out score of every validation set at the current step (rspo.train.rollouts)."""
+        return self.rollouts.validate(self.step)
 
     # ------------------------------------------------------------------ main loop
 
@@ -829,9 +672,9 @@ class Trainer:
         progress = Progress(
             f"train {cfg.run_name}", sc.total_steps, initial=self.step, quiet=self.quiet, enabled=main, every=1
         )
-        val_names = list(self.val_records)
+        val_names = list(self.rollouts.val_records)
         try:
-            if self.step == 0 and sc.val_every and self.val_records:
+            if self.step == 0 and sc.val_every and self.rollouts.val_records:
                 val0 = self.validate()
                 self._log(val0, 0)
                 progress.update(0, train_progress_metrics(val0, val_names), force=True)
@@ -845,7 +688,11 @@ class Trainer:
                     if self.tracker:
                         self.tracker.set_tag("collapse", "true")
                         self.tracker.set_tag("collapse_step", self.collapse.step)
-                if self.val_records and sc.val_every and (self.step % sc.val_every == 0 or self.step == sc.total_steps):
+                if (
+                    self.rollouts.val_records
+                    and sc.val_every
+                    and (self.step % sc.val_every == 0 or self.step == sc.total_steps)
+                ):
                     metrics.update(self.validate())
                 self._log(metrics, self.step)
                 progress.update(

@@ -1,0 +1,190 @@
+"""The prompts of an RL run, the step's rollouts and the held-out validation.
+
+``Rollouts`` holds the training and held-out records (prompts longer than
+``data.max_prompt_tokens`` dropped when they are loaded), draws each step's prompts as a pure
+function of (seed, step) (consecutive slices of per-epoch seeded permutations, so a resumed run
+draws the same prompts without saved sampler state), has them answered by the rollout backend on
+this rank (its contiguous share of the step's prompts; with a tensor-parallel engine the share of
+its group, rspo.rollout.colocate), scored by the task's verifier, and gathered into the padded
+batch one process builds (rows in rank order). Validation gives every rank an equal contiguous
+share of each held-out set (the last padded with repeats of the first record, whose scores are
+dropped), so the ranks decode the same number of batches.
+
+The hf backend decodes with the training model itself, so its forwards run in the compute dtype
+(rspo.train.precision); a vLLM engine has its own dtype. After a rollout the backend is told to
+release what it holds (vLLM's sleep mode on GPUs) until the next weight sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from typing import Any
+
+import torch
+
+from rspo.config import TrainConfig
+from rspo.distributed import Dist
+from rspo.rollout import RolloutBatch
+from rspo.rollout.base import pack_rows, stop_token_ids
+from rspo.rollout.colocate import generate_share
+from rspo.seeding import derive_seed
+from rspo.tasks import Task, generate_and_score, load_records
+
+
+class Rollouts:
+    def __init__(self, cfg: TrainConfig, task: Task, tokenizer, dist: Dist, reward_workers: int) -> None:
+        self.cfg, self.task, self.tokenizer, self.dist = cfg, task, tokenizer, dist
+        self.reward_workers = reward_workers
+        self.tp = cfg.rollout.tensor_parallel_size
+        self.backend = None  # set once the model and the engine exist
+        self.precision = None
+        train = load_records(task, cfg.data.train_path)
+        val = {name: load_records(task, path) for name, path in cfg.data.val_paths.items()}
+        if cfg.schedule.val_size:
+            val = {k: v[: cfg.schedule.val_size] for k, v in val.items()}
+        self.train_records = self._drop_long(train, "train")
+        self.val_records = {k: self._drop_long(v, k) for k, v in val.items()}
+        self._perm: tuple[int, list[int]] = (-1, [])
+
+    def _drop_long(self, records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+        """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
+        limit = self.cfg.data.max_prompt_tokens
+        prompts = [self.task.prompt(r) for r in records]
+        # a token spans >= 1 character, plus at most a couple of special tokens: only long texts need counting
+        long_idx = [i for i, t in enumerate(prompts) if len(t) + 2 > limit]
+        lengths = [len(p) for p in prompts]
+        if long_idx:
+            counted = self.tokenizer([prompts[i] for i in long_idx])["input_ids"]
+            for i, ids in zip(long_idx, counted):
+                lengths[i] = len(ids)
+        kept = [r for r, n, t in zip(records, lengths, prompts) if n <= limit or len(t) + 2 <= limit]
+        if not kept:
+            raise ValueError(
+                f"every {name} prompt is longer than data.max_prompt_tokens={limit} (shortest: {min(lengths)} tokens)"
+            )
+        return kept
+
+    def _precision(self):
+        if self.cfg.rollout.backend == "hf" and self.precision is not None:
+            return self.precision.autocast()
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ the step's prompts
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        """Seeded permutation of the training prompts for one pass (cached: it is O(n))."""
+        if self._perm[0] != epoch:
+            n = len(self.train_records)
+            self._perm = (epoch, random.Random(derive_seed(self.cfg.seed, 7, epoch)).sample(range(n), n))
+        return self._perm[1]
+
+    def sample_prompts(self, step: int) -> list[dict[str, Any]]:
+        """The records of a step, a pure function of (seed, step)."""
+        n = len(self.train_records)
+        k = self.cfg.schedule.prompts_per_step
+        out = []
+        for j in range(k):
+            epoch, pos = divmod(step * k + j, n)
+            out.append(self.train_records[self._epoch_order(epoch)[pos]])
+        return out
+
+    # ------------------------------------------------------------------ rollout
+
+    def rollout(self, step: int, device: torch.device) -> tuple[RolloutBatch, torch.Tensor, float]:
+        """This rank's share of the step's prompts, G responses each, scored; every rank's rows
+        gathered into the batch one process builds. -> (batch, rewards (B,), generation seconds)"""
+        cfg = self.cfg
+        G = cfg.rollout.group_size
+        records = self.sample_prompts(step)
+        lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
+        t0 = time.perf_counter()
+        sampling = dict(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            seed=derive_seed(cfg.seed, step, 1),
+        )
+        with self._precision():
+            if self.tp > 1:  # the group's prompts together, each rank keeps its rows (rspo.rollout.colocate)
+                prompts = [self.task.prompt(r) for r in records]
+                local = generate_share(self.backend, prompts, G, self.dist, self.tp, **sampling)
+            else:
+                prompts = [self.task.prompt(r) for r in records[lo:hi]]
+                local = self.backend.generate(prompts, G, row_offset=lo * G, **sampling)
+        self.backend.release()  # vLLM sleep mode on GPUs: the engine's memory is free until the next sync
+        t_gen = time.perf_counter() - t0
+        per_response = [r for r in records[lo:hi] for _ in range(G)]
+        local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
+        batch, scored = self._gather(local, local_scored, device)
+        return batch, torch.tensor([s for s, _ in scored], dtype=torch.float32), t_gen
+
+    def _gather(
+        self, local: RolloutBatch, local_scored: list[tuple[float, str]], device: torch.device
+    ) -> tuple[RolloutBatch, list[tuple[float, str]]]:
+        """All ranks' rollout rows (in rank order) packed into the layout one process builds."""
+        if not self.dist.enabled:
+            return local, local_scored
+        prompts, responses = local.token_rows()
+        parts = self.dist.all_gather_object((prompts, responses, local.responses, local_scored))
+        batch = pack_rows(
+            [p for part in parts for p in part[0]],
+            [r for part in parts for r in part[1]],
+            self.tokenizer,
+            texts=[t for part in parts for t in part[2]],
+            device=device,
+        )
+        return batch, [x for part in parts for x in part[3]]
+
+    def special_stop_frac(self, batch: RolloutBatch) -> float:
+        """Share of responses ended by a special token other than EOS (pad, bos, unk, ...): the
+        rollout stops there, since the decoded text the verifier sees skips special tokens."""
+        eos = self.tokenizer.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos])
+        special = torch.tensor([i for i in stop_token_ids(self.tokenizer) if i not in eos] or [-1])
+        lengths = batch.response_mask.sum(1).long()  # (B,)
+        last = batch.response_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1).cpu()  # (B,)
+        return float(torch.isin(last, special).float().mean())
+
+    # ------------------------------------------------------------------ validation
+
+    @torch.no_grad()
+    def validate(self, step: int) -> dict[str, float]:
+        """Held-out score of every validation set (``val/<name>/score``)."""
+        out = {}
+        W = self.dist.world_size
+        seed = derive_seed(self.cfg.seed, step, 3)
+        for name, records in self.val_records.items():
+            per = -(-len(records) // W)
+            lo = self.dist.rank * per
+            padded = records + [records[0]] * (W * per - len(records))
+            mine = padded[lo : lo + per]
+            if self.tp > 1:  # the group's records together, each rank keeps its own (rspo.rollout.colocate)
+                prompts = [self.task.prompt(r) for r in padded]
+                sampling = dict(temperature=self.cfg.rollout.val_temperature, top_p=1.0, seed=seed)
+                batch = generate_share(
+                    self.backend,
+                    prompts,
+                    1,
+                    self.dist,
+                    self.tp,
+                    max_new_tokens=self.cfg.rollout.max_new_tokens,
+                    **sampling,
+                )
+                scored = self.task.score_batch(batch.responses, mine, self.reward_workers)
+            else:
+                with self._precision():
+                    scored = generate_and_score(
+                        self.backend,
+                        self.task,
+                        mine,
+                        temperature=self.cfg.rollout.val_temperature,
+                        max_new_tokens=self.cfg.rollout.max_new_tokens,
+                        workers=self.reward_workers,
+                        seed=seed,
+                        row_offset=lo,
+                    )
+            scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
+            out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
+        return out
