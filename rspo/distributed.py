@@ -173,17 +173,19 @@ def shard_model(
     master_dtype: torch.dtype | None = None,
     mp_policy=None,
     cpu_offload: bool = False,
+    mesh=None,
 ) -> torch.nn.Module:
     """FSDP2 ``fully_shard`` per decoder layer, then the root; gradients averaged over ranks.
 
     ``master_dtype``: each layer is cast to it just before it is sharded (then the rest), so a
     model read in bf16 becomes fp32 master shards without a whole fp32 copy on any rank.
     ``mp_policy``: FSDP2's MixedPrecisionPolicy (rspo.train.precision). ``cpu_offload``: FSDP2's
-    CPUOffloadPolicy (shards, gradients and the optimizer step on the host)."""
+    CPUOffloadPolicy (shards, gradients and the optimizer step on the host). ``mesh``: a device mesh
+    made beforehand (rspo.memory_sim builds one outside its fake-tensor mode)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (d.world_size,))
+    mesh = mesh or init_device_mesh(device.type, (d.world_size,))
     kwargs = {
         "mesh": mesh,
         "mp_policy": mp_policy or MixedPrecisionPolicy(),

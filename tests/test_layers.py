@@ -42,6 +42,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.sweep",
             "rspo.mlflow_commands",
             "rspo.archive",
+            "rspo.memory_plan",
+            "rspo.memory_sim",
         ],
     ),
     ("the command dispatcher", ["rspo.cli", "rspo.__main__"]),

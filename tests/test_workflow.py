@@ -304,3 +304,23 @@ def test_the_cluster_profile_asks_slurm_for_one_node_with_the_presets_gpus_and_t
         assert f"--cpus-per-task={want['threads']}" in line, line[:400]
         assert f"--mem {want['mem_mb']}" in line, line[:400]
     assert set(lines) == {"train", "evaluate"}
+
+
+def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):
+    """rspo plan-memory runs when the workflow loads a device: cuda preset: paper_large_math with
+    tensor parallel size 1 and no token budget is refused, naming the phase and the settings;
+    --config skip_memory_check=true submits it anyway; another GPU is planned with --config gpu."""
+    preset = yaml.safe_load((ROOT / "configs" / "paper_large_math.yaml").read_text())
+    preset["preset"] = "oversized"
+    preset["rl"]["rollout"]["tensor_parallel_size"] = 1
+    del preset["rl"]["schedule"]["max_tokens_per_micro_batch"]
+    (ws / "configs" / "oversized.yaml").write_text(yaml.safe_dump(preset))
+    r = snakemake(ws, "-n", "--config", "preset=oversized")
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert "memory plan of preset oversized: the update phase of task math needs" in out
+    assert "77.65 GiB are usable on h100-80gb" in out and "skip_memory_check=true" in out
+    assert "rule train" not in out  # nothing was planned to run
+    assert snakemake(ws, "-n", "--config", "preset=oversized", "skip_memory_check=true").returncode == 0
+    r = snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu=h200-141gb")
+    assert r.returncode == 0, r.stderr[-2000:]

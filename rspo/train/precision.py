@@ -23,6 +23,13 @@ How:
 - The vLLM engine receives the weights in the compute dtype (``checkpoint_weights(dtype=...)``:
   each shard cast before the gather), and ``final/`` is written in it.
 
+One process and transformers' experts: its default ``grouped_mm`` experts implementation is not
+autocast-aware (it casts its input to the weights' dtype), so over fp32 master weights it would run
+an fp32 grouped GEMM, which the kernels refuse ("Expected inputs of BF16 type": seen in the kernel's
+shape check on fake tensors; under FSDP2 the gathered weights are bf16 and the problem does not
+arise). ``one_process_mixed`` switches such a model to transformers' eager per-expert loop, whose
+``F.linear`` calls autocast casts to bf16.
+
 Deviations: autocast (one process) keeps some ops in fp32 (softmax, norms, losses) where FSDP2's
 policy runs a whole layer in bf16, so a bf16 run in one process and under torchrun agree only up
 to bf16 rounding (fp32 runs agree as before). ``model.cpu_offload`` (FSDP2 ``CPUOffloadPolicy``:
@@ -80,6 +87,13 @@ class Precision:
         return MixedPrecisionPolicy(param_dtype=self.compute, reduce_dtype=MASTER_DTYPE)
 
 
+def one_process_mixed(model: torch.nn.Module, precision: Precision) -> None:
+    """One process under autocast: experts through transformers' eager loop (see the docstring)."""
+    if precision.mixed and not precision.sharded and hasattr(model, "set_experts_implementation"):
+        if getattr(model.config, "_experts_implementation", None) not in (None, "eager"):
+            model.set_experts_implementation("eager")
+
+
 def load_and_shard(
     path: str,
     precision: Precision,
@@ -102,6 +116,7 @@ def load_and_shard(
         )
     if not dist.enabled:
         model = load_model(path, dtype="float32", device=str(device))
+        one_process_mixed(model, precision)
         if prepare is not None:
             prepare(model)
         return model

@@ -152,6 +152,31 @@ def base_marker(task):
     return [f"{R}/models/{PLAN.base_dir(task)}/pretrain.json"]
 
 
+def _check_memory():
+    """A preset that trains on GPUs is planned against the GPU it will get (`--config gpu=NAME`,
+    default h100-80gb) before any job is submitted: a plan that does not fit stops here, naming the
+    phase, the numbers and the settings to change (rspo/memory_plan.py). `--config
+    skip_memory_check=true` runs it anyway."""
+    from rspo.memory_plan import GPUS, advice, plan_preset, summary
+
+    rl_devices = [((PLAN.preset.get("rl") or {}).get("model") or {}).get("device")]
+    rl_devices += [((t or {}).get("model") or {}).get("device") for t in (PLAN.preset.get("tasks") or {}).values()]
+    if ARCHIVE or "cuda" not in rl_devices or str(config.get("skip_memory_check", False)).lower() == "true":
+        return
+    gpu = str(config.get("gpu", "h100-80gb"))
+    if gpu not in GPUS:
+        raise WorkflowError(f"--config gpu={gpu}: unknown GPU; choose one of {', '.join(GPUS)}")
+    s = summary(P, gpu, plan_preset(PRESET_FILE, GPUS[gpu], HUB_DIR))
+    if not s["fits"]:
+        raise WorkflowError(
+            f"memory plan of preset {P}: {advice(s)}. `python -m rspo plan-memory --preset {PRESET_FILE} "
+            f"--gpu {gpu}` shows every term; `--config skip_memory_check=true` runs the preset anyway."
+        )
+
+
+_check_memory()
+
+
 def hub_models():
     """{folder slug: hub id} of the hub models this preset's tasks start from."""
     from rspo.hub import slug
