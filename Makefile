@@ -18,7 +18,7 @@ VSTAMP := $(VVENV)/.installed
 # tests that touch transformers' models, rerun in the vLLM venv (transformers 5.19, the low end
 # of pyproject's range; the main venv has 5.23, the high end)
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
-	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py
+	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
 .PHONY: venv venv-vllm sandbox test test-fast test-vllm main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
 

@@ -98,6 +98,14 @@ class DataConfig:
     """Held-out sets scored during training, name -> JSONL path (logged as val/<name>/score)."""
     prompt_format: str = "steps"
     """Countdown text format: steps | optimal_path | search_path (see rspo.data.countdown)."""
+    template: str = "auto"
+    """Math/code prompts (rspo.chat): chat (the model's own chat template), a hand-written template
+    (math: qwen_math | no | plain; code: chatml | plain), or auto (chat when the tokenizer has a
+    chat template, else qwen_math / chatml). Countdown prompts use ``prompt_format``."""
+    enable_thinking: bool | None = None
+    """The chat template's thinking switch (Qwen3's hybrid models): true or false when the
+    template has one (required then), left out otherwise; rewards then grade the text after the
+    thinking block (rspo.chat)."""
     max_prompt_tokens: int = 512
     """Prompts longer than this are dropped when the data is loaded."""
     reward_workers: int = 1
@@ -111,6 +119,19 @@ class DataConfig:
             raise _err(f"{prefix}.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
         if self.prompt_format not in ("steps", "optimal_path", "search_path"):
             raise _err(f"{prefix}.prompt_format", f"unknown format {self.prompt_format!r}")
+        from rspo.chat import HAND_TEMPLATES
+
+        templates = ("auto", "chat") + tuple(dict.fromkeys(t for ts in HAND_TEMPLATES.values() for t in ts))
+        if self.template not in templates:
+            raise _err(f"{prefix}.template", f"unknown template {self.template!r}; choose one of {list(templates)}")
+        if self.task in HAND_TEMPLATES and self.template not in ("auto", "chat") + HAND_TEMPLATES[self.task]:
+            raise _err(
+                f"{prefix}.template",
+                f"{self.template!r} is not a {self.task} template; choose one of "
+                f"{['auto', 'chat', *HAND_TEMPLATES[self.task]]}",
+            )
+        if self.enable_thinking is not None and not isinstance(self.enable_thinking, bool):
+            raise _err(f"{prefix}.enable_thinking", f"must be true, false or left out, got {self.enable_thinking!r}")
         if self.max_prompt_tokens < 1:
             raise _err(f"{prefix}.max_prompt_tokens", "must be >= 1")
         if self.reward_workers < 1:
@@ -316,7 +337,7 @@ EXECUTION_ONLY: tuple[str, ...] = (
 )
 # Settings added after runs existed, with the value those runs had: counted in the fingerprint
 # only where they differ from it (TrainConfig.fingerprint).
-ADDED_LATER: dict[str, Any] = {}
+ADDED_LATER: dict[str, Any] = {"data.template": "auto", "data.enable_thinking": None}
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,

@@ -21,7 +21,10 @@ tokenizer fingerprint) that ``AutoModelForCausalLM.from_pretrained`` and vLLM lo
 
 For math/code presets (smoke only) the same loop fits a tiny model on the prepared records with
 a byte-level BPE tokenizer trained on them (completion: "\\boxed{answer}" for math, the reference
-program for code), so the Table 1 path runs end to end offline.
+program for code), so the Table 1 path runs end to end offline. The tokenizer carries Qwen3's chat
+template (rspo/data/text_tokenizer.py), and the prompts are written in the prompt format the
+task's RL runs use (``tasks.<task>.data`` over ``rl.data``: ``template``, ``enable_thinking``;
+rspo.chat); with thinking on, the completion is a short thinking block, then the answer.
 """
 
 from __future__ import annotations
@@ -122,7 +125,12 @@ def pretrain_settings(preset: dict[str, Any], overrides: list[str]) -> dict[str,
 
 
 def sft_pairs(
-    task: str, records: list[dict[str, Any]], fmt: str, solution: str = "first", seed: int = 0
+    task: str,
+    records: list[dict[str, Any]],
+    fmt: str,
+    solution: str = "first",
+    seed: int = 0,
+    prompt_format: Any = None,
 ) -> list[tuple[str, str]]:
     """(prompt, completion) texts. Countdown with ``solution: any``: each example's completion is
     one of its problem's valid solutions (every path of the exhaustive search that reaches the
@@ -143,16 +151,19 @@ def sft_pairs(
         return pairs
     from rspo.tasks import get_task
 
-    t = get_task(task)
+    t = get_task(task, fmt=prompt_format)
+    thinking = prompt_format is not None and prompt_format.chat and prompt_format.enable_thinking
     pairs = []
     for r in records:
         if task == "math":
             ans = r["answer"][0] if isinstance(r["answer"], list) else r["answer"]
-            pairs.append((t.prompt(r), f" The answer is \\boxed{{{ans}}}."))
+            think = f"<think>\nThe answer is {ans}.\n</think>\n\n" if thinking else ""
+            pairs.append((t.prompt(r), f"{think} The answer is \\boxed{{{ans}}}."))
         else:
             sol = r.get("solution") or ""
             if sol:
-                pairs.append((t.prompt(r), f"```python\n{sol}\n```"))
+                think = "<think>\nA program.\n</think>\n\n" if thinking else ""
+                pairs.append((t.prompt(r), f"{think}```python\n{sol}\n```"))
     if not pairs:
         raise ValueError(f"no {task} record has a reference completion to pretrain on")
     return pairs
@@ -195,12 +206,18 @@ def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
 
 
 @torch.no_grad()
-def heldout_accuracy(model, tok, task: str, records: list[dict], fmt: str, max_new_tokens: int) -> dict[str, Any]:
+def heldout_accuracy(
+    model, tok, task: str, records: list[dict], fmt: str, max_new_tokens: int, prompt_format: Any = None
+) -> dict[str, Any]:
     from rspo.rollout.hf import HFBackend
     from rspo.tasks import generate_and_score, get_task, reason_counts
 
     scored = generate_and_score(
-        HFBackend(model, tok), get_task(task, fmt), records, temperature=0.0, max_new_tokens=max_new_tokens
+        HFBackend(model, tok),
+        get_task(task, fmt, prompt_format),
+        records,
+        temperature=0.0,
+        max_new_tokens=max_new_tokens,
     )
     return {
         "accuracy": sum(s for s, _ in scored) / max(1, len(scored)),
@@ -238,6 +255,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_pretraining(preset, p, args)
     return 0
+
+
+def task_prompt_format(preset: dict[str, Any], task: str, tok) -> Any:
+    """The prompt format of the task's RL runs (``tasks.<task>.data`` over ``rl.data``), or None
+    for Countdown."""
+    if task == "countdown":
+        return None
+    from rspo.chat import resolve_format
+
+    data = dict(((preset.get("rl") or {}).get("data")) or {})
+    data.update((((preset.get("tasks") or {}).get(task) or {}).get("data")) or {})
+    return resolve_format(task, data.get("template"), data.get("enable_thinking"), tok, f"tasks.{task}.data")
 
 
 def _load_task_data(task: str, data: str, fmt: str, seed: int):
@@ -287,6 +316,7 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    prompt_format = task_prompt_format(preset, args.task, tok)
     arch = dict(p.get("model") or {})
     if args.task != "countdown":  # math/code prompts are longer: `text_model` overlays the architecture
         arch.update(p.get("text_model") or {})
@@ -294,7 +324,7 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     model = build_model(arch, tok, seed=p["seed"]).to(device)
     use_aux = p["router_aux_loss_coef"] > 0
     max_len = int(arch.get("max_position_embeddings", 256))
-    pairs = sft_pairs(args.task, train, fmt, p["solution"], p["seed"])
+    pairs = sft_pairs(args.task, train, fmt, p["solution"], p["seed"], prompt_format)
     seqs, starts = encode_pairs(tok, pairs, max_len)
     n = len(seqs)
     bs = p["batch_size"]
@@ -430,7 +460,9 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
         shown = {"loss": loss.item(), "loss_ema": loss_ema, "lr": sched.get_last_lr()[0], "acc": None}
         if p["eval_every"] and step % p["eval_every"] == 0 and step < total_steps:
             model.eval()
-            acc = heldout_accuracy(model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"])
+            acc = heldout_accuracy(
+                model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format
+            )
             model.train()
             log({"pretrain/val_accuracy": acc["accuracy"]}, step)
             shown["acc"] = acc["accuracy"]
@@ -444,7 +476,7 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
             tracker.end("KILLED")
         return {"stopped_at": step}
     model.eval()
-    acc = heldout_accuracy(model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"])
+    acc = heldout_accuracy(model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format)
     log({"pretrain/val_accuracy": acc["accuracy"]}, step)
     progress.update(step, {**progress.metrics, "acc": acc["accuracy"]}, force=True)
     progress.close()

@@ -34,10 +34,18 @@ Code:
   used 3-shot ``[BEGIN]``/``[DONE]`` delimiters; zero-shot with a fence is what instruction-tuned
   evaluations do). MBPP+ uses evalplus's own prompt (docstring with the first assert).
 
-Chat rendering: ``chatml`` renders ``<|im_start|>role\\n...<|im_end|>\\n`` turns (the Qwen2.5 / Qwen3
-format, Qwen3-30B-A3B being the paper's model) without Qwen3's ``<think>`` handling; ``plain`` joins
-system and user text with a blank line. Users whose model needs another chat format can build
-messages with ``lcb_messages`` and apply their tokenizer's template.
+Hand-written chat rendering: ``chatml`` renders ``<|im_start|>role\\n...<|im_end|>\\n`` turns (the
+Qwen2.5 format) without Qwen3's ``<think>`` handling; ``plain`` joins system and user text with a
+blank line. Both are kept for models without a chat template (the small presets' tokenizers) and
+for Dr. GRPO's exact ``qwen_math`` text.
+
+Chat messages (for the model's own chat template, ``rspo.chat.PromptFormat``): ``math_messages``
+puts the instruction in the user turn after the question, where Qwen3's model card puts it ("Include
+'Please reason step by step, and put your final answer within \\boxed{}.' in the prompt"; no system
+turn); ``evalplus_messages`` is evalplus's chat instruction with the task in a fence (as ``chatml``,
+without the pre-filled response); ``mbpp_messages`` is the same instruction around the MBPP paper's
+task text (evalplus's chat format applied to original MBPP); ``lcb_messages`` is lcb_runner's
+system + user pair. Nothing is pre-filled in a chat-template prompt (see rspo.chat).
 """
 
 from __future__ import annotations
@@ -49,6 +57,11 @@ from typing import Any
 # ---------------------------------------------------------------------------------------------
 QWEN_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 MATH_TEMPLATES = ("qwen_math", "no", "plain")
+
+
+def math_messages(question: str) -> list[dict[str, str]]:
+    """A math problem as one user turn: the question, then Qwen3's card's instruction on its own line."""
+    return [{"role": "user", "content": f"{question}\n{QWEN_MATH_INSTRUCTION}"}]
 
 
 def apply_qwen_math_template(question: str) -> str:
@@ -140,6 +153,21 @@ def code_prompt(record: dict[str, Any], style: str = "chatml") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# One entry per kind of record, for a prompt format (rspo.chat.PromptFormat: chat or hand-written)
+# ---------------------------------------------------------------------------------------------
+def math_item_prompt(question: str, fmt: Any) -> str:
+    """A math problem under ``fmt``: the chat template's rendering, or the hand-written template."""
+    return fmt.render(math_messages(question)) if fmt.chat else math_prompt(question, fmt.template)
+
+
+def code_record_prompt(record: dict[str, Any], fmt: Any) -> str:
+    """A code TRAINING record under ``fmt`` (LiveCodeBench's format either way)."""
+    if fmt.chat:
+        return fmt.render(lcb_messages(record["prompt"], record.get("starter_code") or ""))
+    return code_prompt(record, fmt.template)
+
+
+# ---------------------------------------------------------------------------------------------
 # HumanEval(+), MBPP(+)
 # ---------------------------------------------------------------------------------------------
 EVALPLUS_INSTRUCTION = (
@@ -167,13 +195,23 @@ def truncate_at_stop(text: str, stops: tuple[str, ...]) -> str:
     return text[:cut]
 
 
+def evalplus_user(task_prompt: str) -> str:
+    """evalplus's chat instruction with the task prompt in a fence (the user turn)."""
+    return f"{EVALPLUS_INSTRUCTION}\n```\n{task_prompt.strip()}\n```\n"
+
+
+def evalplus_messages(task_prompt: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": evalplus_user(task_prompt)}]
+
+
 def evalplus_prompt(task_prompt: str, style: str = "chatml") -> tuple[str, str]:
     """HumanEval(+)/MBPP+ prompt: direct completion (plain) or evalplus's chat instruction."""
     if style == "plain":
         return task_prompt, ""
     if style == "chatml":
-        user = f"{EVALPLUS_INSTRUCTION}\n```\n{task_prompt.strip()}\n```\n"
-        return render_chat(None, user, assistant_prefix=f"{EVALPLUS_RESPONSE}\n{FENCE}", style=style), FENCE
+        return render_chat(
+            None, evalplus_user(task_prompt), assistant_prefix=f"{EVALPLUS_RESPONSE}\n{FENCE}", style=style
+        ), FENCE
     raise ValueError(f"unknown code prompt style {style!r}; choose one of {list(CODE_STYLES)}")
 
 
@@ -184,6 +222,11 @@ def mbpp_task_text(text: str, test_list: list[str]) -> str:
         f"You are an expert Python programmer, and here is your task: {text} "
         f"Your code should pass these tests:\n\n{tests}\n"
     )
+
+
+def mbpp_messages(text: str, test_list: list[str]) -> list[dict[str, str]]:
+    """MBPP for a chat template: evalplus's chat instruction around the MBPP paper's task text."""
+    return [{"role": "user", "content": evalplus_user(mbpp_task_text(text, test_list))}]
 
 
 def mbpp_prompt(text: str, test_list: list[str], style: str = "chatml") -> tuple[str, str]:

@@ -3,6 +3,11 @@
 One verifier per task, shared by the RL reward and by evaluation:
 countdown -> rspo.rewards.countdown, math -> rspo.rewards.math (math-verify in worker
 processes), code -> rspo.rewards.code (sandboxed execution).
+
+Math and code prompts follow a prompt format (rspo.chat.PromptFormat, from ``data.template`` and
+``data.enable_thinking``): the model's chat template or a hand-written template (``qwen_math`` /
+``chatml`` when none is given). Under a chat template the reward grades the text after the thinking
+block, as evaluation does (an unfinished thought scores 0).
 """
 
 from __future__ import annotations
@@ -32,39 +37,53 @@ def _countdown(prompt_format: str) -> Task:
     return Task("countdown", cd.load_split, lambda r: cd.format_prompt(r, prompt_format), score_batch)
 
 
-def _math() -> Task:
+def _math(fmt) -> Task:
     from rspo import prompts
     from rspo.data import math as data
 
     def score_batch(completions, records, workers):
         from rspo.rewards import math as reward
 
-        return reward.score_batch(completions, [r["answer"] for r in records], workers=workers)
+        answers = [fmt.answer(c)[0] for c in completions]
+        return reward.score_batch(answers, [r["answer"] for r in records], workers=workers)
 
-    return Task("math", data.load_math_file, lambda r: prompts.math_prompt(r["prompt"]), score_batch)
+    return Task("math", data.load_math_file, lambda r: prompts.math_item_prompt(r["prompt"], fmt), score_batch)
 
 
-def _code() -> Task:
+def _code(fmt) -> Task:
     from rspo import prompts
     from rspo.data import code as data
 
     def score_batch(completions, records, workers):
         from rspo.rewards import code as reward
 
-        programs = [reward.extract_code(c) for c in completions]
+        programs = [reward.extract_code(fmt.answer(c)[0]) for c in completions]
         return reward.score_batch(programs, [r["tests"] for r in records], workers=workers)
 
-    return Task("code", data.load_code_file, prompts.code_prompt, score_batch)
+    return Task("code", data.load_code_file, lambda r: prompts.code_record_prompt(r, fmt), score_batch)
 
 
-def get_task(name: str, prompt_format: str = "steps") -> Task:
+def get_task(name: str, prompt_format: str = "steps", fmt=None) -> Task:
+    """The task ``name``; ``fmt`` (rspo.chat.PromptFormat) is how math/code prompts are written
+    (default: the hand-written qwen_math / chatml templates)."""
+    from rspo.chat import HAND_DEFAULT, PromptFormat
+
     if name == "countdown":
         return _countdown(prompt_format)
-    if name == "math":
-        return _math()
-    if name == "code":
-        return _code()
+    if name in ("math", "code"):
+        fmt = fmt or PromptFormat(name, HAND_DEFAULT[name])
+        return _math(fmt) if name == "math" else _code(fmt)
     raise ValueError(f"data.task: unknown task {name!r}; choose countdown, math or code")
+
+
+def task_for(cfg_data, tokenizer) -> Task:
+    """The task of a run's ``data`` section, its prompt format resolved against the tokenizer."""
+    from rspo.chat import resolve_format
+
+    if cfg_data.task == "countdown":
+        return get_task("countdown", cfg_data.prompt_format)
+    fmt = resolve_format(cfg_data.task, cfg_data.template, cfg_data.enable_thinking, tokenizer, "rl.data")
+    return get_task(cfg_data.task, fmt=fmt)
 
 
 def generate_and_score(

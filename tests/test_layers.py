@@ -19,7 +19,7 @@ PKG = ROOT / "rspo"
 LAYERS: list[tuple[str, list[str]]] = [
     (
         "helpers without rspo imports",
-        ["rspo", "rspo.jsonl", "rspo.seeding", "rspo.progress", "rspo.distributed", "rspo.hub"],
+        ["rspo", "rspo.jsonl", "rspo.seeding", "rspo.progress", "rspo.distributed", "rspo.hub", "rspo.chat"],
     ),
     ("configuration and the planner (no torch)", ["rspo.config", "rspo.plan"]),
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),

@@ -244,6 +244,31 @@ def test_paper_large_is_the_papers_qwen3_setting(name, task):
     assert set(plan.targets()) == {"fig2_reward_large", "fig6_mechanism", "fig7_entropy", "table_main"}
 
 
+SOURCED = re.compile(r"#.*(\b(Sec\.|App\.)|Qwen3 card|not in the paper)")
+
+
+@pytest.mark.parametrize("name,task", [("paper_large_math", "math"), ("paper_large_code", "code")])
+def test_paper_large_evaluates_table1_as_its_numbers_were_measured(name, task):
+    """Chat template, thinking on, Qwen3's thinking-mode sampling, the paper's / card's budget,
+    AIME24 over 32 runs, AMC23's 40 problems; each value's line says where it comes from, and the
+    runs train in the same template and mode."""
+    p = load(name)
+    e = p["eval"][task]
+    assert (e["template"], e["enable_thinking"]) == ("chat", True)
+    assert (e["temperature"], e["top_p"], e["top_k"]) == (0.6, 0.95, 20)
+    assert e["max_new_tokens"] == {"math": 38912, "code": 32768}[task]
+    if task == "math":
+        assert e["benchmarks"] == ["aime24", "amc23", "math500", "minerva", "olympiadbench"]
+        assert e["samples"] == {"aime24": 32}
+    for key in ("template", "enable_thinking", "temperature", "top_p", "top_k", "max_new_tokens", "seed"):
+        assert SOURCED.search(_commented(name, rf"^    {key}:")), key
+    assert (p["rl"]["data"]["template"], p["rl"]["data"]["enable_thinking"]) == ("chat", True)
+    from rspo.evaluate.cli import decoding_of
+
+    d = decoding_of(e, task)
+    assert d.samples_for("aime24") == (32 if task == "math" else 1) and not d.greedy
+
+
 def test_cpu_presets_use_no_gpu():
     for name in ("smoke", "small"):
         plan = Plan(load(name))

@@ -92,8 +92,21 @@ def write_fake_eval(eval_dir: Path, plan: Plan, name: str, task: str) -> None:
     if task == "countdown":
         data = {"splits": {s: {"accuracy": round(rng.random(), 4), "n": 16} for s in ("val", "val_target")}}
     else:
-        benches = {b: {"pass@1": round(rng.random(), 4), "n_problems": 2} for b in ref.BENCHMARKS[task]}
-        data = {"benchmarks": benches, "average": sum(b["pass@1"] for b in benches.values()) / len(benches)}
+        wanted = ((plan.preset.get("eval") or {}).get(task) or {}).get("benchmarks", ref.BENCHMARKS[task])
+        benches = {b: {"pass@1": round(rng.random(), 4), "n_problems": 2, "n_samples": 1} for b in wanted}
+        if "aime24" in benches:  # avg@2: each run's score and their spread
+            runs = [round(rng.random(), 4), round(rng.random(), 4)]
+            benches["aime24"].update(n_samples=2, samples_requested=2, runs=runs, std_over_runs=0.05)
+            benches["aime24"]["unfinished_thinking"] = 1
+        config = {"template": "chat", "enable_thinking": task == "math", "temperature": 0.6, "top_p": 0.95}
+        config.update(top_k=20, max_new_tokens=32, seed=0, backend="hf", dtype="float32", decoding="sampled")
+        if task == "code":
+            config["data"] = {"mbpp": "local file(s): mbpp.jsonl"}
+        data = {
+            "benchmarks": benches,
+            "average": sum(b["pass@1"] for b in benches.values()) / len(benches),
+            "config": config,
+        }
     (d / f"{task}.json").write_text(json.dumps(data))
 
 
@@ -355,7 +368,7 @@ def test_table_main_reference_rows_only_in_paper_presets(tmp_path):
         assert ("Paper, Table 1" in tex) is expect
         if expect:
             # the paper's RSPO math row, as printed (Avg. 77.1)
-            assert "| GMPO+RS (RSPO) [paper] | 80.1 | 95.0 | 94.2 | 50.7 | 65.8 | 77.1 |" in md
+            assert "| GMPO+RS (RSPO) [paper] | 80.1 | 95.0 | 94.2 | 50.7 | 65.8 | 77.1 | – |" in md
         # our GRPO AIME24 cell is the mean ± std over the two seeds
         vals = [
             100
@@ -368,6 +381,48 @@ def test_table_main_reference_rows_only_in_paper_presets(tmp_path):
 
         cell = f"{statistics.fmean(vals):.1f} ± {statistics.stdev(vals):.1f}"
         assert next(l for l in md.splitlines() if l.startswith("| GRPO |")).split(" | ")[1] == cell
+
+
+def test_table_main_writes_each_columns_protocol_and_what_the_papers_numbers_imply(smoke, tmp_path):
+    """Under Table 1: the protocol the Base evaluation recorded (problems, template and thinking mode,
+    sampling, budget, samples, seed, grader) and the notes on the paper's numbers; Dr. GRPO's
+    83-problem AMC set after Avg., outside it."""
+    plan, root = smoke
+    md, tex = _table("table_main", CONFIGS / "smoke.yaml", root, tmp_path)
+    header = next(line for line in md.splitlines() if line.startswith("| Method"))
+    assert header == (
+        "| Method | Math: AIME24 | Math: AMC23 | Math: MATH500 | Math: Minerva | Math: OlympiadBench | Math: Avg. "
+        "| Math: AMC22-23 (83) | Code: LCB | Code: MBPP | Code: HumanEval | Code: Avg. |"
+    )
+    base = json.loads((root / "eval" / "base" / "math.json").read_text())["benchmarks"]
+    paper5 = ["aime24", "amc23", "math500", "minerva", "olympiadbench"]
+    avg = sum(100 * base[b]["pass@1"] for b in paper5) / 5
+    row = next(line for line in md.splitlines() if line.startswith("| Base |")).split(" | ")
+    assert row[6] == f"{avg:.1f}" and row[7] == f"{100 * base['amc22_23']['pass@1']:.1f}"
+    math_line = next(line for line in md.splitlines() if line.startswith("- Protocol, math"))
+    assert (
+        "AIME24 2 problems, avg@2, sd over runs 5.0, 1/4 thoughts unfinished;" in math_line
+        and "AMC23 2 problems, 1 sample" in math_line
+    )
+    assert "the model's chat template (thinking on)" in math_line
+    assert "temperature 0.6, top-p 0.95, top-k 20, budget 32 tokens, seed 0" in math_line
+    assert "Grader: math-verify" in math_line
+    code_line = next(line for line in md.splitlines() if line.startswith("- Protocol, code"))
+    assert "(thinking off)" in code_line and "Grader: sandboxed unit tests" in code_line
+    assert "MBPP data: local file(s): mbpp.jsonl." in code_line
+    assert "Paper AIME24: no row's value (80.4, 77.0, 80.4, 80.1, 80.1) is a multiple of 100/30" in md
+    assert "Paper AMC23: every value is a multiple of 2.5 = 100/40" in md
+    assert "Paper Base AIME24 80.4 is Qwen3's own published thinking-mode" in md
+    assert "% Protocol, math" in tex
+
+
+def test_the_papers_numbers_are_checked_against_what_one_evaluation_can_print():
+    assert ref.one_evaluation_gives(82.5, 40) and ref.one_evaluation_gives(90.0, 40)
+    assert not ref.one_evaluation_gives(80.4, 30) and not ref.one_evaluation_gives(77.0, 90)
+    assert ref.one_evaluation_gives(80.0, 30) and ref.one_evaluation_gives(90.4, 83)  # 75/83
+    notes = ref.implied_notes()
+    assert len(notes) == 4 and "could give 1 of the 5 values" in notes[1]
+    assert "MATH500 90.7, Minerva 47.7, OlympiadBench 62.0" in notes[2]
 
 
 def test_table_claims_from_run_files(smoke, tmp_path):

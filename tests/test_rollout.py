@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rspo.rollout.base import pack_rows, response_mask_from_ids, stop_token_ids
-from rspo.rollout.hf import HFBackend, _nucleus
+from rspo.rollout.hf import HFBackend, _nucleus, _top_k
 from rspo.rollout.vllm import VLLMBackend
 from rspo.seeding import row_seed
 from rspo.tokenizer import build_tokenizer
@@ -179,6 +179,47 @@ def test_hf_sampling_follows_the_model_distribution(tiny):
     assert torch.isfinite(nucleus[batch.response_ids[:, 0]]).all()
 
 
+def test_top_k_then_top_p_keep_the_tokens_transformers_warpers_keep():
+    """The hf backend's masks equal transformers' TopKLogitsWarper then TopPLogitsWarper (the order
+    of its sampling pipeline and of vLLM's sampler), ties at the k-th logit included."""
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 50, generator=g) * 3
+    logits[0] = -5.0
+    logits[0, 7], logits[0, :5] = 4.0, 2.0  # five tied logits across the k-th place for k = 2..5
+    logits[1] = torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125] + [1e-9] * 46))  # mass reaching p exactly
+    for k, p in [(20, 0.95), (1, 1.0), (3, 0.5), (0, 0.8), (50, 0.3), (4, 0.75)]:
+        ours = _nucleus(_top_k(logits, k), p) if p < 1 else _top_k(logits, k)
+        ref = logits.clone()
+        if k > 0:
+            ref = TopKLogitsWarper(top_k=k)(None, ref)
+        if p < 1:
+            ref = TopPLogitsWarper(top_p=p)(None, ref)
+        assert torch.equal(torch.isfinite(ours), torch.isfinite(ref)), (k, p)
+    assert torch.isfinite(_top_k(logits, 3)[0]).sum() == 6  # the tie at the 3rd logit keeps all five
+
+
+def test_hf_top_k_one_samples_the_greedy_tokens_and_top_k_is_applied(tiny):
+    model, tok = tiny
+    backend = HFBackend(model, tok)
+    greedy = backend.generate(PROMPTS, 1, temperature=0.0, max_new_tokens=8)
+    one = backend.generate(PROMPTS, 1, temperature=2.0, top_k=1, max_new_tokens=8, seed=3)
+    assert one.responses == greedy.responses and torch.equal(one.input_ids, greedy.input_ids)
+    wide = backend.generate(PROMPTS, 1, temperature=2.0, max_new_tokens=8, seed=3)
+    assert wide.responses != greedy.responses  # without the cut, temperature 2 leaves the greedy path
+    enc = tok([PROMPTS[0]], return_tensors="pt")
+    with torch.no_grad():
+        first = model(**enc).logits[0, -1].float()
+    allowed = set(first.topk(3).indices.tolist())
+    batch = backend.generate([PROMPTS[0]], 200, temperature=3.0, top_k=3, max_new_tokens=1, seed=1)
+    assert set(batch.response_ids[:, 0].tolist()) <= allowed
+    with pytest.raises(ValueError, match="top_k must be an integer >= 0"):
+        backend.generate(PROMPTS, 1, temperature=1.0, top_k=-1, max_new_tokens=2)
+    with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\]"):
+        backend.generate(PROMPTS, 1, temperature=1.0, top_p=0.0, max_new_tokens=2)
+
+
 def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     model, tok = tiny
     engine = FakeEngine(tok.eos_token_id)
@@ -197,6 +238,11 @@ def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     assert batch.input_ids[0, P + 2].item() == tok.pad_token_id
     # one seeded request per prompt, seeded by the global row of its first response
     assert [q.seed for q in engine.params] == [row_seed(3, 0), row_seed(3, 2)]
+    assert [(q.top_p, q.top_k) for q in engine.params] == [(1.0, 0)] * 2
+    backend.generate(["a b c"], 1, temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=8, seed=3)
+    assert (engine.params[0].temperature, engine.params[0].top_p, engine.params[0].top_k) == (0.6, 0.95, 20)
+    backend.generate(["a b c"], 1, temperature=0.0, top_p=0.95, top_k=20, max_new_tokens=8, seed=3)
+    assert (engine.params[0].top_p, engine.params[0].top_k) == (1.0, 0)  # greedy: no cut to pass
     assert all(q.stop_token_ids == stop_token_ids(tok) for q in engine.params)
     backend.generate(["d e"], 2, temperature=1.0, max_new_tokens=8, seed=3, row_offset=2)
     assert engine.params[0].seed == row_seed(3, 2)

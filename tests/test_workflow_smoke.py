@@ -68,13 +68,15 @@ def test_smoke_dag_end_to_end_with_the_library(smoke_dags):
         assert (res / "runs" / name / "final.json").is_file(), name
         assert (res / "runs" / name / "metrics.jsonl").stat().st_size > 0, name
     assert json_load(res / "eval" / "base" / "countdown.json")["splits"]["val"]["n"] == 16
-    assert set(json_load(res / "eval" / "math-gmpo-rs0.8-s0" / "math.json")["benchmarks"]) == {
-        "aime24",
-        "amc23",
-        "math500",
-        "minerva",
-        "olympiadbench",
-    }
+    math = json_load(res / "eval" / "math-gmpo-rs0.8-s0" / "math.json")
+    assert set(math["benchmarks"]) == {"aime24", "amc23", "amc22_23", "math500", "minerva", "olympiadbench"}
+    # the Table 1 protocol of the preset: chat template, thinking on (math) / off (code), avg@2
+    assert (math["config"]["template"], math["config"]["enable_thinking"]) == ("chat", True)
+    assert math["benchmarks"]["aime24"]["n_samples"] == 2 and len(math["benchmarks"]["aime24"]["runs"]) == 2
+    code = json_load(res / "eval" / "base" / "code.json")
+    assert (code["config"]["template"], code["config"]["enable_thinking"]) == ("chat", False)
+    table = (res / "tables" / "table_main.md").read_text()
+    assert "- Protocol, math" in table and "- Protocol, code" in table and "Paper AMC23: every value" in table
     assert not (ws / "mlflow.db").exists() and not (ws / "mlruns").exists()  # no store in the cwd
     import mlflow
 

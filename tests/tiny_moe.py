@@ -201,3 +201,29 @@ def train_args(assets, out, preset, *sets, run=None, threads=None):
     for s in sets:
         args += ["--set", s]
     return args
+
+
+def make_chat_checkpoint(out, num_heads: int = 2, vocab_size: int = 400, seed: int = 0):
+    """A tiny random Qwen2-MoE with the smoke preset's math/code tokenizer (byte-level BPE that
+    carries Qwen3's chat template and thinking switch), saved as a checkpoint folder at ``out``.
+    ``num_heads=1`` gives head size 32, which vLLM's CPU attention serves."""
+    from pathlib import Path
+
+    from rspo.data import math as m
+    from rspo.data.text_tokenizer import train_text_tokenizer
+    from rspo.models import build_model, save_checkpoint
+    from rspo.prompts import math_prompt
+    from rspo.tokenizer import tokenizer_fingerprint
+
+    out = Path(out)
+    texts = [
+        math_prompt(r["prompt"], "plain") + f" \\boxed{{{r['answer']}}}"
+        for r in m.load_math_train("fallback", limit=200)
+    ]
+    texts += ["```python\ndef f(x):\n    return x + 1\n```\n", "Please provide a self-contained Python script"] * 20
+    tok = train_text_tokenizer(texts, vocab_size, out.with_name(out.name + ".tok"))
+    arch = dict(TRAIN_ARCH, num_heads=num_heads, num_kv_heads=num_heads, max_position_embeddings=1024)
+    save_checkpoint(
+        build_model(arch, tok, seed=seed), tok, out, meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)}
+    )
+    return out

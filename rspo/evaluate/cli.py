@@ -5,11 +5,19 @@
 
 Settings come from the preset's ``eval.<family>`` mapping; flags override them. The model is
 loaded in the dtype and on the device of the preset's runs (``rl.model``, or the family's
-``tasks.<family>.model``), and the result's ``config`` records every decoding setting used. A Countdown
-evaluation records per split its accuracy, the per-problem scores (``scores``, in split order, for
-paired analyses) and the failure reasons. Decoding is greedy
-by default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with
-``--n`` samples scores the mean over samples (Pass@1 estimate).
+``tasks.<family>.model``), and the result's ``config`` records every setting used: prompt template
+and thinking mode, temperature, top-p, top-k, token budget, samples per benchmark, seed, backend,
+dtype, data revisions. A Countdown evaluation records per split its accuracy, the per-problem scores
+(``scores``, in split order, for paired analyses) and the failure reasons. Decoding is greedy by
+default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with ``--n``
+samples scores the mean over samples (Pass@1 estimate).
+
+Math and code (rspo.evaluate.suites): ``template`` (chat: the model's chat template, with
+``enable_thinking`` true or false where the template has that switch; or a hand-written one; auto
+by default: rspo.chat), ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``, ``samples``
+(avg@k per benchmark, e.g. ``{aime24: 32}``; ``n``: for every benchmark), ``seed``; ``--limit 0``
+(and ``limit: 0``) means every problem. The settings are checked, and the prompt format resolved
+against the model's tokenizer, before the model or the engine is loaded.
 
 Progress (rspo.progress, off with ``--quiet``): one bar or log line per generated batch of each
 split / benchmark, ``[eval countdown grpo-s0 val] prompt 64/200 (32%) ...``; a Countdown split
@@ -36,6 +44,7 @@ def _parser(family: str) -> argparse.ArgumentParser:
     ap.add_argument("--n", type=int, default=None, help="samples per prompt")
     ap.add_argument("--limit", type=int, default=None, help="problems per benchmark/split (0 = all)")
     ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None, help="sampling seed (math/code; default the preset's, else 0)")
     ap.add_argument("--backend", default=None, help="hf | vllm (default: the preset's rl.rollout.backend)")
     ap.add_argument("--no-mlflow", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
@@ -49,7 +58,7 @@ def _parser(family: str) -> argparse.ArgumentParser:
 
 def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
     s = dict((preset.get("eval") or {}).get(family) or {})
-    for key in ("temperature", "n", "limit", "max_new_tokens", "backend"):
+    for key in ("temperature", "n", "limit", "max_new_tokens", "backend", "seed"):
         v = getattr(args, key, None)
         if v is not None:
             s[key] = v
@@ -65,6 +74,33 @@ def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
     s.setdefault("device", model.get("device", "auto"))
     s["tensor_parallel_size"] = engine_tensor_parallel(s.get("tensor_parallel_size", "auto"), s["backend"])
     return s
+
+
+def decoding_of(settings: dict[str, Any], family: str):
+    """The family's decoding settings (rspo.evaluate.decoding.Decoding), checked, errors naming
+    the preset key. ``aime_samples: k`` is the earlier spelling of ``samples: {aime24: k}``."""
+    from rspo.evaluate.decoding import Decoding
+    from rspo.evaluate.suites import DEFAULT_MATH_SAMPLES
+
+    where = f"eval.{family}"
+    samples = dict(settings.get("samples") or {})
+    if "aime_samples" in settings:
+        if "aime24" in samples:
+            raise ValueError(f"{where}: aime_samples and samples.aime24 both given; keep samples")
+        samples["aime24"] = int(settings["aime_samples"])
+    if family == "math" and "samples" not in settings and "aime_samples" not in settings and "n" not in settings:
+        samples = dict(DEFAULT_MATH_SAMPLES)
+    d = Decoding(
+        temperature=float(settings.get("temperature", 0.0)),
+        top_p=float(settings.get("top_p", 1.0)),
+        top_k=settings.get("top_k", 0),
+        max_new_tokens=int(settings.get("max_new_tokens", 512)),
+        samples=samples,
+        n=int(settings.get("n", 1)),
+        seed=int(settings.get("seed", 0)),
+    )
+    d.check(where)
+    return d
 
 
 def engine_options(settings: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +212,45 @@ def evaluate_countdown(
     return out
 
 
+def evaluate_suite(family: str, model: str, settings: dict[str, Any], progress: PhaseProgress) -> dict[str, Any]:
+    """Math or code: settings checked and the prompt format resolved against the model's
+    tokenizer first, then the generator built and the suite run; the result's config records it all."""
+    from rspo.chat import resolve_format
+    from rspo.evaluate import suites
+    from rspo.hub import resolve_model
+    from rspo.models import load_tokenizer_checked
+    from rspo.rollout import load_generator
+
+    decoding = decoding_of(settings, family)
+    tokenizer = load_tokenizer_checked(resolve_model(model))
+    fmt = resolve_format(family, settings.get("template"), settings.get("enable_thinking"), tokenizer, f"eval.{family}")
+    gen = load_generator(
+        model,
+        settings.get("backend", "hf"),
+        max_new_tokens=decoding.max_new_tokens,
+        top_p=decoding.top_p,
+        top_k=decoding.top_k,
+        seed=decoding.seed,
+        dtype=settings["dtype"],
+        device=settings["device"],
+        progress=progress.advance,
+        engine_options=engine_options(settings),
+    )
+    kwargs = {k: settings[k] for k in ("benchmarks", "limit", "workers") if k in settings}
+    kwargs.update(decoding=decoding, prompt_format=fmt, on_benchmark=progress.start)
+    if family == "math":
+        result = suites.evaluate_math(gen, **kwargs)
+    else:
+        for key in ("data_paths", "revisions"):  # offline fixtures / local copies; other hub pins
+            if key in settings:
+                kwargs[key] = dict(settings[key])
+        result = suites.evaluate_code(gen, **kwargs)
+    progress.close()
+    result["model"] = str(model)
+    result["config"] = {**gen.settings, **result["config"]}  # the suite's settings are the ones used
+    return result
+
+
 def _log_mlflow(
     preset: dict[str, Any],
     family: str,
@@ -237,31 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate_countdown(args.model, args.data, settings, fmt, progress)
         datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
     else:
-        from rspo.evaluate import suites
-        from rspo.rollout import load_generator
-
-        gen = load_generator(
-            args.model,
-            settings.get("backend", "hf"),
-            max_new_tokens=int(settings.get("max_new_tokens", 512)),
-            dtype=settings["dtype"],
-            device=settings["device"],
-            progress=progress.advance,
-            engine_options=engine_options(settings),
-        )
-        kwargs = {k: settings[k] for k in ("benchmarks", "limit", "temperature", "workers") if k in settings}
-        kwargs["on_benchmark"] = progress.start
-        if family == "math":
-            if "aime_samples" in settings:
-                kwargs["n_samples"] = {"aime24": int(settings["aime_samples"])}
-            result = suites.evaluate_math(gen, **kwargs)
-        else:
-            if "data_paths" in settings:  # offline fixtures / local copies of the hub files
-                kwargs["data_paths"] = dict(settings["data_paths"])
-            result = suites.evaluate_code(gen, **kwargs)
-        progress.close()
-        result["model"] = str(args.model)
-        result["config"].update(gen.settings)  # what decoded: backend, dtype, token budget, top-p, seed
+        result = evaluate_suite(family, args.model, settings, progress)
     result["wall_time_s"] = time.time() - t0
     from rspo.jsonl import write_json_atomic
 

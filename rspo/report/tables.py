@@ -4,7 +4,11 @@ bench.json files, so a table is rebuilt without re-training.
 Tables (paper index: docs/design.md):
 - ``table_main`` (Table 1): Pass@1 (%) per math / code benchmark and their average, Base and the
   ``main`` runs, mean over seeds (± sample std with several seeds). Our Avg. is the mean of the
-  benchmark columns shown, per seed, then over seeds (the paper's definition).
+  paper's benchmark columns shown, per seed, then over seeds (the paper's definition); benchmarks
+  the paper has no column for (Dr. GRPO's 83-problem AMC set) come after Avg., outside it. Under
+  the table: the protocol of every column as the Base evaluation recorded it (problems, prompt
+  template and thinking mode, temperature / top-p / top-k, token budget, samples, seed, grader),
+  and for the paper's reference rows what their numbers imply (rspo.report.reference).
 - ``table_countdown``: greedy accuracy (%) of the base model and of every Countdown run on
   ``val`` and ``val_target``, with how many seeds the collapse detector flagged (run.json).
 - ``table_efficiency`` (Sec. 5.5): RSPO/GMPO throughput, router-cache bytes per (token, layer,
@@ -270,6 +274,52 @@ def _main_method_key(plan: Plan, run: str) -> str:
     return r.algo + ("+rs" if r.router_shift else "")
 
 
+GRADERS = {
+    "math": "math-verify on the last \\boxed{} of the answer",
+    "code": "sandboxed unit tests, pass iff all pass",
+}
+
+
+def _protocol_line(task: str, base_file: Path, benches: list[str]) -> str:
+    """How the Base evaluation of ``task`` was run, from its result file's config."""
+    data = _read_json(base_file)
+    cfg = data.get("config") or {}
+    per = data.get("benchmarks") or {}
+    parts = []
+    for b in benches:
+        e = per.get(b) or {}
+        k, asked = e.get("n_samples"), e.get("samples_requested")
+        sampled = f"avg@{k}" if k and k > 1 else "1 sample"
+        if asked and k and asked != k:
+            sampled += f" ({asked} requested)"
+        if e.get("std_over_runs") is not None:
+            sampled += f", sd over runs {100 * e['std_over_runs']:.1f}"
+        if e.get("unfinished_thinking"):
+            sampled += f", {e['unfinished_thinking']}/{e.get('n_problems', 0) * (k or 1)} thoughts unfinished"
+        parts.append(f"{ref.BENCHMARK_LABELS.get(b, b)} {e.get('n_problems', '?')} problems, {sampled}")
+    template = cfg.get("template", cfg.get("style", "?"))
+    if template == "chat":
+        think = cfg.get("enable_thinking")
+        mode = "thinking on" if think else ("thinking off" if think is False else "no thinking switch")
+        prompts = f"the model's chat template ({mode})"
+    else:
+        prompts = f"hand-written template {template}"
+    if cfg.get("decoding") == "greedy" or cfg.get("temperature") == 0:
+        dec = "greedy (temperature 0)"
+    else:
+        dec = f"temperature {cfg.get('temperature')}, top-p {cfg.get('top_p', 1.0)}, top-k {cfg.get('top_k') or 'off'}"
+    budget = cfg.get("max_new_tokens") or "?"
+    seed = cfg.get("seed", "?")
+    extra = [f"{ref.BENCHMARK_LABELS.get(b, b)} data: {v}" for b, v in (cfg.get("data") or {}).items()]
+    return (
+        f"Protocol, {task} (ours, as the Base evaluation recorded it): "
+        + "; ".join(parts)
+        + f". Prompts: {prompts}. Decoding: {dec}, budget {budget} tokens, seed {seed}, "
+        + f"backend {cfg.get('backend', '?')} ({cfg.get('dtype', '?')}). Grader: {GRADERS[task]}."
+        + (" " + "; ".join(extra) + "." if extra else "")
+    )
+
+
 def table_main(plan: Plan, eval_dir: str | Path) -> Table:
     per_task = plan.table_runs("table_main")
     if not per_task:
@@ -278,16 +328,23 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
     columns: list[str] = []
     groups: list[tuple[str, int]] = []
     benches: dict[str, list[str]] = {}
+    extras: dict[str, list[str]] = {}
     for task in per_task:
         wanted = ((plan.preset.get("eval") or {}).get(task) or {}).get("benchmarks", list(ref.BENCHMARKS[task]))
         benches[task] = [b for b in ref.BENCHMARKS[task] if b in wanted]
+        extras[task] = [b for b in ref.EXTRA_BENCHMARKS[task] if b in wanted]
         columns += [ref.BENCHMARK_LABELS[b] for b in benches[task]] + ["Avg."]
-        groups.append((task.capitalize(), len(benches[task]) + 1))
+        columns += [ref.BENCHMARK_LABELS[b] for b in extras[task]]
+        groups.append((task.capitalize(), len(benches[task]) + 1 + len(extras[task])))
+
+    def width(task: str) -> int:
+        return len(benches[task]) + 1 + len(extras[task])
 
     def cells_for(task: str, files: list[Path]) -> list[Cell]:
         scores = [[benchmark_pass1(f, b)[0] for b in benches[task]] for f in files]  # (seeds, benches)
         cols = [Cell.of([s[j] for s in scores]) for j in range(len(benches[task]))]
-        return cols + [Cell.of([statistics.fmean(s) for s in scores])]
+        more = [Cell.of([benchmark_pass1(f, b)[0] for f in files]) for b in extras[task]]
+        return cols + [Cell.of([statistics.fmean(s) for s in scores])] + more
 
     methods: list[str] = ["base"]
     runs_of: dict[str, dict[str, list[str]]] = {}
@@ -309,12 +366,13 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
                 files = [eval_dir / "base" / f"{task}.json"]
             else:
                 files = [eval_dir / r / f"{task}.json" for r in runs_of.get(key, {}).get(task, [])]
-            cells += cells_for(task, files) if files else [Cell(text="–")] * (len(benches[task]) + 1)
+            cells += cells_for(task, files) if files else [Cell(text="–")] * width(task)
         rows.append((ref.TABLE1_LABELS.get(key, key.upper()), cells))
     for task in per_task:
-        counts = {b: benchmark_pass1(eval_dir / "base" / f"{task}.json", b)[1] for b in benches[task]}
-        per_bench = ", ".join(f"{ref.BENCHMARK_LABELS[b]} {n}" for b, n in counts.items())
-        notes.append(f"{task} problems per benchmark: {per_bench}.")
+        if extras[task]:
+            shown = ", ".join(ref.BENCHMARK_LABELS[b] for b in extras[task])
+            notes.append(f"{task}: {shown} has no column in the paper's table; it is shown after Avg., outside it.")
+        notes.append(_protocol_line(task, eval_dir / "base" / f"{task}.json", benches[task] + extras[task]))
 
     ref_rows = []
     if ref.has_reference("table_main", plan.name):
@@ -323,12 +381,18 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
             for task in per_task:
                 paper = ref.TABLE1[task].get(key)
                 cells += (
-                    ([Cell(mean=paper[b]) for b in benches[task]] + [Cell(mean=paper["avg"])])
+                    (
+                        [Cell(mean=paper[b]) for b in benches[task]]
+                        + [Cell(mean=paper["avg"])]
+                        + [Cell(text="–") for _ in extras[task]]
+                    )
                     if paper
-                    else [Cell(text="–")] * (len(benches[task]) + 1)
+                    else [Cell(text="–")] * width(task)
                 )
             ref_rows.append((ref.TABLE1_LABELS.get(key, key.upper()), cells))
         notes.append("Reference rows: the paper's Table 1 as printed (its Avg. column), not our results.")
+    if "math" in per_task:  # what the paper's printed numbers say about how they were measured
+        notes += ref.implied_notes()
     return Table(
         title=f"Pass@1 (%) on math and code benchmarks ({plan.name})",
         columns=columns,

@@ -34,25 +34,30 @@ def load_generator(
     *,
     max_new_tokens: int = 512,
     top_p: float = 1.0,
+    top_k: int = 0,
     dtype: str = "float32",
     device: str = "auto",
     batch_size: int = 64,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     engine_options: dict | None = None,
-) -> Callable[[list[str], int, float], list[list[str]]]:
-    """A ``generate_fn(prompts, n, temperature) -> list[list[str]]`` for evaluation suites.
+) -> Callable[..., list[list[str]]]:
+    """A ``generate_fn(prompts, n, temperature, *, max_new_tokens, top_p, top_k, seed)
+    -> list[list[str]]`` for evaluation suites; the keywords default to the ones given here.
 
     The model is loaded in ``dtype`` (the preset's: evaluate what was trained, in its precision).
     vLLM gets every prompt of a call at once and schedules them itself (continuous batching); the
-    hf backend decodes ``batch_size`` rows at a time. Seeds: call k of the generator uses seed
-    ``seed * 1_000_003 + k`` and each prompt's rows are seeded by their index in the call, so the
-    samples do not depend on how the hf backend chunks a call. ``progress(k)`` is called after
-    each batch with the number of prompts it answered. ``generate_fn.settings`` records what was
-    used (backend, dtype, max_new_tokens, top_p, seed, batching) for the result files."""
+    hf backend decodes ``batch_size`` rows at a time. Seeds: a call given ``seed`` uses it; else call
+    k of the generator uses ``seed * 1_000_003 + k``. Each prompt's rows are seeded by their index
+    in the call, so the samples do not depend on how the hf backend chunks a call. ``progress(k)``
+    is called after each batch with the number of prompts it answered. ``generate_fn.settings``
+    records what was used (backend, dtype, the default budget and sampling, seeding, batching) and
+    ``generate_fn.tokenizer`` is the checkpoint's tokenizer (its chat template renders prompts)."""
     from rspo.hub import resolve_model
     from rspo.models import load_model, load_tokenizer_checked
+    from rspo.rollout.base import check_sampling
 
+    check_sampling(top_p, top_k)
     model_dir = resolve_model(model_dir)
     tokenizer = load_tokenizer_checked(model_dir)
     model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
@@ -63,23 +68,27 @@ def load_generator(
         else make_backend("hf", model, tokenizer)
     )
     calls = {"k": 0}
+    defaults = {"max_new_tokens": max_new_tokens, "top_p": top_p, "top_k": top_k}
 
-    def generate_fn(prompts: list[str], n: int = 1, temperature: float = 0.0) -> list[list[str]]:
+    def generate_fn(
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 0.0,
+        *,
+        max_new_tokens: int | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+    ) -> list[list[str]]:
         calls["k"] += 1
-        call_seed = seed * 1_000_003 + calls["k"]
+        call_seed = seed if seed is not None else generate_fn.settings["seed"] * 1_000_003 + calls["k"]
+        given = {"max_new_tokens": max_new_tokens, "top_p": top_p, "top_k": top_k}
+        kw = {k: (defaults[k] if v is None else v) for k, v in given.items()}
         per = len(prompts) if backend == "vllm" else max(1, batch_size // max(n, 1))
         out: list[list[str]] = []
         for start in range(0, len(prompts), max(1, per)):
             chunk = prompts[start : start + per]
-            batch = engine.generate(
-                chunk,
-                n,
-                temperature=temperature,
-                top_p=top_p,
-                max_new_tokens=max_new_tokens,
-                seed=call_seed,
-                row_offset=start * n,
-            )
+            batch = engine.generate(chunk, n, temperature=temperature, seed=call_seed, row_offset=start * n, **kw)
             for i in range(len(chunk)):
                 out.append(batch.responses[i * n : (i + 1) * n])
             if progress is not None:
@@ -91,8 +100,11 @@ def load_generator(
         "dtype": dtype,
         "max_new_tokens": max_new_tokens,
         "top_p": top_p,
+        "top_k": top_k,
         "seed": seed,
+        "seeding": "a call's seed, else seed * 1000003 + call number; row i of a call: row_seed(call seed, i)",
         "batching": "every prompt of a call at once" if backend == "vllm" else f"{batch_size} rows at a time",
         "tensor_parallel_size": int(engine_options.get("tensor_parallel_size", 1)) if backend == "vllm" else 1,
     }
+    generate_fn.tokenizer = tokenizer
     return generate_fn

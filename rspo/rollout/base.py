@@ -55,8 +55,12 @@ class RolloutBackend(Protocol):
         max_new_tokens: int,
         seed: int,
         row_offset: int = 0,
+        top_k: int = 0,
     ) -> RolloutBatch:
         """n responses per prompt, grouped consecutively: rows [i*n, (i+1)*n) answer prompts[i].
+
+        Sampling (temperature > 0) draws from softmax(logits / temperature) restricted to the
+        ``top_k`` most likely tokens (0: all), then to the top-``top_p`` nucleus.
 
         Row i is sampled from its own stream seeded by ``row_seed(seed, row_offset + i)``, so a
         response does not depend on which other prompts share the call (the property that makes
@@ -68,6 +72,13 @@ class RolloutBackend(Protocol):
 
     def release(self) -> None:
         """Free what the engine holds while training runs (vLLM's sleep mode on GPUs; else nothing)."""
+
+
+def check_sampling(top_p: float, top_k: int) -> None:
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
 
 
 def pack_rows(

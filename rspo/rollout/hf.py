@@ -10,8 +10,10 @@ share the batch, so rollouts sharded over data-parallel ranks equal the single-p
 exact near-tie). Row i's token at position t is drawn with the Gumbel-max trick from
 counter-based uniforms keyed by (``row_seed(seed, row_offset + i)``, t, vocabulary index)
 (``rspo.seeding.uniform_noise``: integer tensor ops, no generator object per row). Gumbel-max
-over temperature-scaled logits restricted to the top-p nucleus is exact sampling from the same
-distribution ``generate`` samples from.
+over the temperature-scaled logits restricted to the top-k tokens (ties at the k-th kept) and then
+to the top-p nucleus (the smallest set of most likely tokens whose mass reaches p) is exact
+sampling from the distribution transformers' warpers (temperature, top-k, top-p, in that order)
+and vLLM's sampler draw from.
 
 Work the loop saves compared with ``generate`` (same distribution, same outputs per row):
 - each prompt is prefilled once and its KV cache repeated for its n responses (``generate``
@@ -40,15 +42,24 @@ from collections.abc import Callable
 import torch
 
 from rspo.models import position_ids_from_mask
-from rspo.rollout.base import RolloutBatch, response_mask_from_ids, stop_token_ids
+from rspo.rollout.base import RolloutBatch, check_sampling, response_mask_from_ids, stop_token_ids
 from rspo.seeding import row_seed, uniform_noise
 
 
+def _top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """logits with everything below the k-th largest set to -inf (tokens tied with it stay)."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
 def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """logits with everything outside the top-p nucleus set to -inf (the top token always stays)."""
+    """logits with everything outside the top-p nucleus set to -inf (the top token always stays):
+    a token is dropped when the tokens more likely than it already hold at least ``top_p``."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
-    drop_sorted = probs.cumsum(dim=-1) - probs > top_p  # mass before this token already exceeds top_p
+    drop_sorted = probs.cumsum(dim=-1) - probs >= top_p  # mass before this token already reaches top_p
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
 
@@ -79,11 +90,13 @@ class HFBackend:
         max_new_tokens: int = 64,
         seed: int = 0,
         row_offset: int = 0,
+        top_k: int = 0,
     ) -> RolloutBatch:
         if not prompts:
             raise ValueError("prompts: empty")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_sampling(top_p, top_k)
         from transformers import DynamicCache
 
         tok = self.tokenizer
@@ -127,6 +140,8 @@ class HFBackend:
                     step_pos = step_pos.repeat_interleave(n, dim=0)
                 if sample:
                     logits = logits / temperature
+                    if top_k > 0:
+                        logits = _top_k(logits, top_k)
                     if top_p < 1.0:
                         logits = _nucleus(logits, top_p)
                     u = uniform_noise(seeds[active], t, logits.shape[-1])  # (b, V)

@@ -98,7 +98,7 @@ from collections.abc import Iterator
 
 import torch
 
-from rspo.rollout.base import RolloutBatch, pack_rows, stop_token_ids
+from rspo.rollout.base import RolloutBatch, check_sampling, pack_rows, stop_token_ids
 from rspo.rollout.colocate import EngineSleep
 from rspo.seeding import row_seed
 
@@ -358,6 +358,7 @@ class VLLMBackend:
         max_new_tokens: int = 64,
         seed: int = 0,
         row_offset: int = 0,
+        top_k: int = 0,
     ) -> RolloutBatch:
         """One SamplingParams per prompt, seeded by the global row of the prompt's first response,
         so a prompt's n responses do not depend on how prompts are split over calls or ranks."""
@@ -365,11 +366,13 @@ class VLLMBackend:
             raise ValueError("prompts: empty")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_sampling(top_p, top_k)
         params = [
             self.sampling_params_cls(
                 n=n,
                 temperature=temperature,
                 top_p=top_p if temperature > 0 else 1.0,
+                top_k=top_k if temperature > 0 else 0,
                 max_tokens=max_new_tokens,
                 seed=row_seed(seed, row_offset + i * n),
                 stop_token_ids=self.stop_ids,

@@ -99,7 +99,7 @@ from rspo.router import (
     router_spec,
 )
 from rspo.seeding import derive_seed
-from rspo.tasks import Task, get_task
+from rspo.tasks import Task, task_for
 from rspo.train import checkpoint
 from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
@@ -156,9 +156,9 @@ class Trainer:
         self.tp = cfg.rollout.tensor_parallel_size  # ranks sharing one engine (rspo.rollout.colocate)
         check_tensor_parallel(self.tp, self.dist, cfg.rollout.backend)
         self.device = rank_device(resolve_device(cfg.model.device), self.dist)
-        self.task: Task = task or get_task(cfg.data.task, cfg.data.prompt_format)
         meta = read_meta(cfg.model.path) if Path(cfg.model.path).is_dir() else {}
         self.tokenizer = load_tokenizer_checked(cfg.model.path, meta.get("tokenizer_fingerprint"))
+        self.task: Task = task or task_for(cfg.data, self.tokenizer)  # math/code: the prompt format
         # prompts, rollouts and validation (the records are read and checked before the model loads)
         self.rollouts = Rollouts(cfg, self.task, self.tokenizer, self.dist, self.reward_workers)
         # fp32 master weights, forwards in model.dtype; under torchrun read on the CPU, then upcast and
