@@ -78,7 +78,8 @@ def fail_on_rank(rank: int) -> None:
 if __name__ == "__main__":
     from rspo.train.cli import main
 
-    trainer.get_task = digit_task
+    assert hasattr(trainer, "task_for"), "rspo.train.trainer no longer builds its task with task_for"
+    trainer.task_for = lambda cfg_data, tokenizer: digit_task(cfg_data.task, cfg_data.prompt_format)
     if os.environ.get("RSPO_TEST_FAIL_RANK"):
         fail_on_rank(int(os.environ["RSPO_TEST_FAIL_RANK"]))
     if os.environ.get("RSPO_TEST_MEMORY"):

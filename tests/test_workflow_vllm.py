@@ -64,14 +64,14 @@ def test_train_and_evaluate_with_vllm_through_snakemake_with_a_kill(tmp_path):
     )
     deadline = time.time() + 900
     try:
-        while not (ckpts / "step_000001" / "state.pt").is_file():
+        while not (ckpts / "step_000001" / "manifest.json").is_file():
             assert proc.poll() is None, "snakemake ended before the first checkpoint"
             assert time.time() < deadline, "no checkpoint after 15 minutes"
             time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    done = sorted(p.name for p in ckpts.glob("step_*") if (p / "state.pt").is_file())
+    done = sorted(p.name for p in ckpts.glob("step_*") if (p / "manifest.json").is_file())
     last = int(done[-1].split("_")[1])
     assert last < 3 and not (res / "runs" / RUN / "final.json").exists()
     # 2. the same command again (after Snakemake's own unlock) resumes and finishes, then evaluates
