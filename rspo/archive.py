@@ -20,7 +20,10 @@ what MLflow's dataset inputs record; the data themselves are not shipped, ``rspo
 rebuilds them).
 
 ``unpack`` checks everything before it writes anything: the format and version, that the archive
-is of this preset (name and digest), the bundle's sha256, and each member's sha256 and rows; then
+is of this preset (name and digest), the bundle's size and sha256, each member's tar header against
+its manifest entry (listed, a regular file, the declared size: checked before its data is read, so
+a bundle that expands beyond what it declares is refused without being expanded), then each
+member's sha256 and rows while it streams into a staging folder (memory: one 1 MiB chunk); then
 it writes the members into ``results/<preset>/`` (a file already there with other content is
 refused, nothing is overwritten) and ``results/<preset>/archive.json``. Under Snakemake the switch
 ``--config archive=DIR`` does this as its only job (rule ``unpack_archive``) and builds the report
@@ -33,6 +36,7 @@ import argparse
 import hashlib
 import io
 import json
+import lzma
 import sys
 import tarfile
 import time
@@ -209,59 +213,141 @@ def missing_runs(manifest: dict[str, Any], runs: list[str]) -> list[str]:
     return [r for r in runs if r not in have]
 
 
-def _checked_members(archive: Path, m: dict[str, Any]) -> dict[str, bytes]:
-    """Every member's bytes, after checking the bundle and each member against the manifest."""
+CHUNK = 1 << 20  # bytes read from a member at a time: memory is bounded by this, not by the bundle
+
+
+def _checked_bundle(archive: Path, m: dict[str, Any]) -> Path:
+    """The bundle's path once its size and sha256 match the manifest (read in chunks, before any
+    decompression: a bundle larger than declared is refused without hashing it)."""
     bundle_path = archive / m["bundle"]["file"]
     if not bundle_path.is_file():
         raise ArchiveError(f"{archive}: the bundle {m['bundle']['file']} is missing")
-    bundle = bundle_path.read_bytes()
-    if _sha256(bundle) != m["bundle"]["sha256"]:
+    size, declared = bundle_path.stat().st_size, m["bundle"].get("bytes")
+    if size != declared:
+        raise ArchiveError(f"{bundle_path}: {size} bytes, the manifest says {declared} (damaged or replaced)")
+    h = hashlib.sha256()
+    with bundle_path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    if h.hexdigest() != m["bundle"]["sha256"]:
         raise ArchiveError(f"{bundle_path}: sha256 does not match the manifest (damaged or replaced)")
+    return bundle_path
+
+
+def _stream_members(archive: Path, m: dict[str, Any], sink=None) -> None:
+    """Check every member against the manifest while streaming it; ``sink(rel, chunk)`` receives
+    its bytes. A member's tar header (type, name, size) is compared with its manifest entry before
+    any of its data is read, so a member the manifest does not list, or one of another size, is
+    refused without being expanded; sha256 and rows are computed chunk by chunk."""
+    bundle_path = _checked_bundle(archive, m)
+    declared = {e["path"]: e for e in m["members"]}
+    seen: set[str] = set()
     try:
-        with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:xz") as tar:
-            files = {}
-            for info in tar.getmembers():
-                if not info.isfile() or info.name.startswith("/") or ".." in Path(info.name).parts:
-                    raise ArchiveError(f"{bundle_path}: unexpected member {info.name!r}")
-                files[info.name] = tar.extractfile(info).read()
-    except (tarfile.TarError, EOFError, OSError) as e:
+        with tarfile.open(bundle_path, mode="r|xz") as tar:  # a stream: members in order, no index
+            for info in tar:
+                name = info.name
+                if not info.isfile() or name.startswith("/") or ".." in Path(name).parts:
+                    raise ArchiveError(f"{bundle_path}: unexpected member {name!r}")
+                entry = declared.get(name)
+                if entry is None:
+                    raise ArchiveError(
+                        f"{archive}: the bundle holds {name} ({info.size} bytes), which the manifest does not list"
+                    )
+                if name in seen:
+                    raise ArchiveError(f"{archive}: member {name} appears twice in the bundle")
+                if info.size != entry["bytes"]:
+                    raise ArchiveError(
+                        f"{archive}: member {name} is {info.size} bytes in the bundle, the manifest says "
+                        f"{entry['bytes']} (refused before reading it)"
+                    )
+                f = tar.extractfile(info)
+                h, rows, n, last = hashlib.sha256(), 0, 0, b""
+                while chunk := f.read(CHUNK):  # at most info.size bytes in all: the declared size
+                    n += len(chunk)
+                    h.update(chunk)
+                    rows += chunk.count(b"\n")
+                    last = chunk[-1:]
+                    if sink is not None:
+                        sink(name, chunk)
+                rows += 1 if n and last != b"\n" else 0
+                if n != entry["bytes"]:
+                    raise ArchiveError(f"{archive}: member {name} ends after {n} of {entry['bytes']} bytes")
+                if h.hexdigest() != entry["sha256"]:
+                    raise ArchiveError(f"{archive}: member {name} is corrupt (sha256 does not match the manifest)")
+                if rows != entry["rows"]:
+                    raise ArchiveError(f"{archive}: member {name} has {rows} rows, the manifest says {entry['rows']}")
+                seen.add(name)
+    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError) as e:
         raise ArchiveError(f"{bundle_path}: unreadable ({e})") from None
-    for entry in m["members"]:
-        rel = entry["path"]
-        if rel not in files:
-            raise ArchiveError(f"{archive}: member {rel} is listed in the manifest but missing from the bundle")
-        data = files[rel]
-        if _sha256(data) != entry["sha256"]:
-            raise ArchiveError(f"{archive}: member {rel} is corrupt (sha256 does not match the manifest)")
-        if _rows(data) != entry["rows"]:
-            raise ArchiveError(f"{archive}: member {rel} has {_rows(data)} rows, the manifest says {entry['rows']}")
-    extra = sorted(set(files) - {e["path"] for e in m["members"]})
-    if extra:
-        raise ArchiveError(f"{archive}: the bundle holds files the manifest does not list: {extra[:5]}")
-    return {e["path"]: files[e["path"]] for e in m["members"]}
+    missing = [rel for rel in declared if rel not in seen]
+    if missing:
+        raise ArchiveError(f"{archive}: member {missing[0]} is listed in the manifest but missing from the bundle")
+
+
+def verify(archive: str | Path, preset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check an archive without writing anything; -> its manifest."""
+    m = read_manifest(archive, preset)
+    _stream_members(Path(archive), m)
+    return m
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dict[str, Any]:
     """Check the archive, then write its members into ``into`` (results/<preset>) and the
-    manifest as ``into/archive.json``; -> the manifest. Nothing is written unless every check
-    passes; a file already there with other content is refused (delete it, or unpack elsewhere)."""
+    manifest as ``into/archive.json``; -> the manifest. Members are streamed into a staging folder
+    outside ``into`` and checked there; nothing is written into ``into`` unless every check passes;
+    a file already there with other content is refused (delete it, or unpack elsewhere)."""
+    import shutil
+    import tempfile
+
     archive, into = Path(archive), Path(into)
     m = read_manifest(archive, preset)
-    files = _checked_members(archive, m)
-    clash = [rel for rel, data in files.items() if (into / rel).is_file() and (into / rel).read_bytes() != data]
+    clash = [
+        e["path"]
+        for e in m["members"]
+        if (into / e["path"]).is_file() and _file_sha256(into / e["path"]) != e["sha256"]
+    ]
     if clash:
         raise ArchiveError(
             f"{into} already holds other versions of {len(clash)} archive files ({', '.join(clash[:4])}...): "
             "results of another run; move them away or unpack into another folder"
         )
-    for rel, data in files.items():
-        dst = into / rel
-        if dst.is_file():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(f".{dst.name}.unpacking")
-        tmp.write_bytes(data)
-        tmp.rename(dst)  # a member exists whole or not at all
+    with tempfile.TemporaryDirectory(prefix="rspo-unpack-") as staging:
+        staging = Path(staging)
+        handles: dict[str, Any] = {}
+
+        def sink(rel: str, chunk: bytes) -> None:
+            if rel not in handles:
+                for f in handles.values():
+                    f.close()
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                handles[rel] = (staging / rel).open("wb")
+            handles[rel].write(chunk)
+
+        try:
+            _stream_members(archive, m, sink)
+        finally:
+            for f in handles.values():
+                f.close()
+        for e in m["members"]:
+            rel, dst = e["path"], into / e["path"]
+            if dst.is_file():
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.unpacking")
+            src = staging / rel
+            if src.is_file():
+                shutil.copyfile(src, tmp)
+            else:  # an empty member: no chunk reached the sink
+                tmp.write_bytes(b"")
+            tmp.rename(dst)  # a member exists whole or not at all
     (into / MANIFEST).write_text(json.dumps({**m, "source": str(archive.resolve())}, indent=1) + "\n")
     return m
 
@@ -302,8 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             m = unpack(args.archive, plan.preset, Path(args.into) if args.into else results)
             print(json.dumps({"unpacked": len(m["members"]), "into": str(Path(args.into) if args.into else results)}))
         else:
-            m = read_manifest(args.archive, plan.preset)
-            _checked_members(Path(args.archive), m)
+            m = verify(args.archive, plan.preset)
             print(json.dumps({"archive": args.archive, "ok": True, "runs": len(m["runs"])}))
     except (ArchiveError, ConfigError, OSError) as e:
         print(f"rspo archive: {e}", file=sys.stderr)

@@ -17,7 +17,7 @@ import pytest
 from test_report import write_fake_results
 from test_workflow import job_counts, make_workspace, snakemake
 
-from rspo.archive import ArchiveError, main, pack, read_manifest, unpack
+from rspo.archive import ArchiveError, main, pack, read_manifest, unpack, verify
 from rspo.plan import Plan, load_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +93,8 @@ def copy_archive(src: Path, dst: Path) -> Path:
 
 
 def rewrite_bundle(archive: Path, edit) -> None:
-    """Rebuild runs.tar.xz with edit(name, bytes) -> bytes applied, and its sha256 in the manifest
-    (so that only a member's own checksum can catch the change)."""
+    """Rebuild runs.tar.xz with edit(name, bytes) -> bytes applied, and its sha256 and size in the
+    manifest (so that only a member's own checks can catch the change)."""
     import hashlib
 
     m = json.loads((archive / "archive.json").read_text())
@@ -109,6 +109,7 @@ def rewrite_bundle(archive: Path, edit) -> None:
             tar.addfile(info, io.BytesIO(data))
     (archive / "runs.tar.xz").write_bytes(buf.getvalue())
     m["bundle"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    m["bundle"]["bytes"] = len(buf.getvalue())
     (archive / "archive.json").write_text(json.dumps(m))
 
 
@@ -160,6 +161,137 @@ def test_bad_archives_are_refused_with_the_reason_and_nothing_is_written(packed,
         unpack(archive, plan.preset, into)
     assert sorted(p.name for p in into.rglob("*") if p.is_file()) == ["metrics.jsonl"]
     assert main(["unpack", str(tmp_path / "damaged"), "--preset", str(SMOKE), "--into", str(tmp_path / "x")]) == 2
+
+
+class _Zeros(io.RawIOBase):
+    """n zero bytes, produced as read (a member that expands far beyond what its archive weighs)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        k = min(len(b), self.n)
+        b[:k] = bytes(k)
+        self.n -= k
+        return k
+
+
+def rebuild_bundle(archive: Path, members: list[tuple[str, int, object]]) -> None:
+    """runs.tar.xz made of (name, size in the tar header, file object); the manifest's bundle
+    entry (size, sha256) updated so that only the member checks stand between it and the reader."""
+    import hashlib
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=0) as tar:
+        for name, size, fileobj in members:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, fileobj)
+    (archive / "runs.tar.xz").write_bytes(buf.getvalue())
+    m = json.loads((archive / "archive.json").read_text())
+    m["bundle"].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+    (archive / "archive.json").write_text(json.dumps(m))
+
+
+def bundle_files(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive / "runs.tar.xz", "r:xz") as tar:
+        return {i.name: tar.extractfile(i).read() for i in tar.getmembers()}
+
+
+def test_a_member_that_expands_beyond_its_declared_size_is_refused_unread_in_bounded_memory(packed, tmp_path):
+    """The bomb: the first member declared as its real few KB, its tar header 512 MiB of zeros (the
+    bundle stays ~100 KB). verify and unpack, in a child process, refuse it naming the member and
+    both sizes, with the child's peak memory within 32 MiB of the same child's on the honest archive;
+    the target folder is untouched."""
+    plan, _, archive, m = packed
+    bomb = copy_archive(archive, tmp_path / "bomb")
+    files = bundle_files(archive)
+    first = m["members"][0]["path"]
+    size = 512 << 20
+    rebuild_bundle(
+        bomb, [(n, size, _Zeros(size)) if n == first else (n, len(d), io.BytesIO(d)) for n, d in files.items()]
+    )
+    assert (bomb / "runs.tar.xz").stat().st_size < 1 << 20
+    into = tmp_path / "results" / "smoke"
+    into.mkdir(parents=True)
+    (into / "keep.txt").write_text("a user's file\n")
+    child = (
+        "import json, resource, sys\n"
+        "from rspo.archive import ArchiveError, unpack, verify\n"
+        "from rspo.plan import Plan\n"
+        "preset = Plan.from_file(sys.argv[1]).preset\n"
+        "out = {}\n"
+        "for name, call in (('verify', lambda: verify(sys.argv[2], preset)), "
+        "('unpack', lambda: unpack(sys.argv[2], preset, sys.argv[3]))):\n"
+        "    try:\n"
+        "        call(); out[name] = 'accepted'\n"
+        "    except ArchiveError as e:\n"
+        "        out[name] = str(e)\n"
+        "out['peak_kib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+    def child_run(arch: Path, target: Path) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-c", child, str(SMOKE), str(arch), str(target)], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    good = child_run(archive, tmp_path / "good")  # the same process on the honest archive: the baseline
+    assert good["verify"] == good["unpack"] == "accepted"
+    out = child_run(bomb, into)
+    for name in ("verify", "unpack"):
+        assert (
+            f"member {first} is {size} bytes in the bundle, the manifest says {m['members'][0]['bytes']}" in out[name]
+        )
+    # the imports dominate both peaks; reading the member would add its 512 MiB
+    assert (out["peak_kib"] - good["peak_kib"]) * 1024 < 32 << 20, (out["peak_kib"], good["peak_kib"])
+    assert [p.name for p in into.rglob("*")] == ["keep.txt"]
+
+
+def test_members_of_another_size_or_unlisted_are_refused_and_nothing_is_written(packed, tmp_path):
+    plan, _, archive, m = packed
+    files = bundle_files(archive)
+    into = tmp_path / "results" / "smoke"
+    into.mkdir(parents=True)
+    (into / "keep.txt").write_text("a user's file\n")
+    victim = m["members"][1]
+
+    def refused(arch: Path, match: str) -> None:
+        with pytest.raises(ArchiveError, match=match):
+            unpack(arch, plan.preset, into)
+        with pytest.raises(ArchiveError, match=match):
+            verify(arch, plan.preset)
+        assert [p.name for p in into.rglob("*")] == ["keep.txt"]
+        assert main(["verify", str(arch), "--preset", str(SMOKE)]) == 2
+
+    for delta in (1, -1):  # the manifest says one byte more, one byte less than the bundle holds
+        bad = copy_archive(archive, tmp_path / f"size{delta}")
+        man = json.loads((bad / "archive.json").read_text())
+        entry = next(e for e in man["members"] if e["path"] == victim["path"])
+        entry["bytes"] += delta
+        (bad / "archive.json").write_text(json.dumps(man))
+        have = victim["bytes"]
+        refused(bad, f"member {victim['path']} is {have} bytes in the bundle, the manifest says {have + delta}")
+
+    extra = copy_archive(archive, tmp_path / "extra")
+    payload = b'{"step": 1}\n'
+    rebuild_bundle(
+        extra,
+        [(n, len(d), io.BytesIO(d)) for n, d in files.items()]
+        + [("runs/x/metrics.jsonl", len(payload), io.BytesIO(payload))],
+    )
+    refused(extra, r"holds runs/x/metrics.jsonl \(12 bytes\), which the manifest does not list")
+
+    big = copy_archive(archive, tmp_path / "bundle")
+    with (big / "runs.tar.xz").open("ab") as f:
+        f.write(b"\0" * 10)
+    refused(big, f"runs.tar.xz: {m['bundle']['bytes'] + 10} bytes, the manifest says {m['bundle']['bytes']}")
 
 
 @pytest.mark.slow
