@@ -164,6 +164,31 @@ def _check_finite(name: str, x: Tensor, mask: Tensor) -> None:
         raise NonFiniteLogProbError(f"{name} has {int(bad.sum())} non-finite value(s) (NaN or inf) on response tokens")
 
 
+def router_shift_log_weight(
+    gamma: Tensor,
+    mask: Tensor,
+    gamma_min: float = DEFAULT_GAMMA_MIN,
+    stop_gradient: bool = True,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """log gamma_tilde (B, T), the term Eq. (11, adjusted_ratio) adds to the log-ratio: gamma
+    checked on the response tokens (finite, in (0, 1]), floored at gamma_min (Eq. 9,
+    gamma_processed), detached under ``stop_gradient`` (the paper's sg[.]); 0 on padding.
+    ``compute_policy_loss`` and the TRL plug-in (``rspo.integrations.trl``) both use it."""
+    gamma_min = check_gamma_min(float(gamma_min))
+    dtype = gamma.dtype if dtype is None else dtype
+    gamma = torch.where(mask, gamma.to(dtype), torch.ones((), dtype=dtype))
+    _check_finite("gamma", gamma, mask)
+    if bool(((gamma <= 0) | (gamma > 1)).any()):
+        lo, hi = float(gamma[mask].min()), float(gamma[mask].max())
+        raise ValueError(f"gamma: must lie in (0, 1] on response tokens, got range [{lo}, {hi}]")
+    gamma_floored = gamma.clamp(min=gamma_min)  # max(gamma, gamma_min)   Eq. (9, gamma_processed)
+    log_gamma = torch.log(gamma_floored)
+    if stop_gradient:
+        log_gamma = log_gamma.detach()  # sg[.]
+    return log_gamma
+
+
 def compute_policy_loss(
     algo: str,
     log_prob: Tensor,
@@ -234,16 +259,9 @@ def compute_policy_loss(
     metrics: dict[str, float] = {"actor/ppo_kl": masked_mean(-log_w.detach(), mask).item()}
 
     if gamma is not None:
-        gamma = torch.where(mask, gamma.to(log_prob.dtype), torch.ones((), dtype=log_prob.dtype))
-        _check_finite("gamma", gamma, mask)
-        if bool(((gamma <= 0) | (gamma > 1)).any()):
-            lo, hi = float(gamma[mask].min()), float(gamma[mask].max())
-            raise ValueError(f"gamma: must lie in (0, 1] on response tokens, got range [{lo}, {hi}]")
-        gamma_floored = gamma.clamp(min=gamma_min)  # max(gamma, gamma_min)   Eq. (9, gamma_processed)
-        log_gamma = torch.log(gamma_floored)
-        if stop_gradient:
-            log_gamma = log_gamma.detach()  # sg[.]
+        log_gamma = router_shift_log_weight(gamma, mask, gamma_min, stop_gradient, log_prob.dtype)
         log_w = log_w + log_gamma  # log w_tilde = log w + log gamma_tilde     Eq. (11, adjusted_ratio)
+        gamma = torch.where(mask, gamma.detach().to(log_prob.dtype), torch.ones((), dtype=log_prob.dtype))
         metrics["router/shift_ratio_mean"] = masked_mean(gamma.detach(), mask).item()
         metrics["router/shift_clipfrac"] = masked_mean((gamma.detach() < gamma_min).float(), mask).item()
 

@@ -22,6 +22,11 @@ with the preset's ``eval.countdown`` settings: greedy, the same splits and probl
 the base model, into ``<out>/countdown.json`` and ``<out>/base_countdown.json``; ``<out>/parity.json``
 holds both, TRL's per-step log (reward, ``frac_reward_zero_std``, entropy) and the wall time.
 TRL is the optional ``bench`` extra (``pip install -e '.[bench]'``).
+
+``--trainer trl-rspo`` trains RSPO through TRL instead: TRL's ``GMPOTrainer`` with the router-shift
+plug-in (``rspo.integrations.trl.RSPOTrainer``), the same mapping with GMPO's log-space clip at the
+preset's GMPO values (default 0.4, ``rspo.losses.DEFAULT_CLIP``) and the preset's ``gamma_min`` and
+``stop_gradient``; its per-step log adds ``router/shift_ratio_mean`` and ``router/shift_clipfrac``.
 """
 
 from __future__ import annotations
@@ -43,10 +48,41 @@ def trl_available() -> None:
         ) from e
 
 
+TRAINERS = {
+    "trl-grpo": "trl.GRPOTrainer",
+    "trl-rspo": "rspo.integrations.trl.RSPOTrainer (TRL GMPOTrainer + RS)",
+}
+RUN_OVERRIDES = {"trl-grpo": [], "trl-rspo": ["algorithm.algo=gmpo", "algorithm.router_shift=true"]}
+
+
 def trl_grpo_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup: int, seed: int, **extra):
     """TRL's GRPOConfig for the work of one of our RL steps per generation (module docstring)."""
     from trl import GRPOConfig
 
+    kw = _common_args(cfg, output_dir, generations=generations, lr=lr, warmup=warmup, seed=seed)
+    kw.update(epsilon=0.2, loss_type="grpo", **extra)
+    return GRPOConfig(**kw)
+
+
+def trl_rspo_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup: int, seed: int, **extra):
+    """The plug-in's RSPOConfig (TRL's GMPOConfig + gamma_min, stop_gradient) for the same work."""
+    from rspo.integrations.trl import RSPOConfig
+    from rspo.losses import DEFAULT_CLIP
+
+    a = cfg.algorithm
+    low, high = DEFAULT_CLIP["gmpo"]
+    kw = _common_args(cfg, output_dir, generations=generations, lr=lr, warmup=warmup, seed=seed)
+    kw.update(
+        epsilon=low if a.clip_low is None else a.clip_low,
+        epsilon_high=high if a.clip_high is None else a.clip_high,
+        gamma_min=a.gamma_min,
+        stop_gradient=a.stop_gradient,
+        **extra,
+    )
+    return RSPOConfig(**kw)
+
+
+def _common_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup: int, seed: int) -> dict[str, Any]:
     sc, G, o = cfg.schedule, cfg.rollout.group_size, cfg.optim
     updates = sc.prompts_per_step // sc.mini_batch_prompts
     kw: dict[str, Any] = dict(
@@ -66,8 +102,6 @@ def trl_grpo_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup:
         adam_epsilon=o.eps,
         weight_decay=o.weight_decay,
         beta=0.0,
-        epsilon=0.2,
-        loss_type="grpo",
         scale_rewards="group",
         num_iterations=1,
         max_grad_norm=o.grad_clip,
@@ -83,8 +117,7 @@ def trl_grpo_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup:
         data_seed=seed,
         dataloader_num_workers=0,
     )
-    kw.update(extra)
-    return GRPOConfig(**kw)
+    return kw
 
 
 def countdown_dataset(data_dir: Path, prompt_format: str, limit: int | None = None):
@@ -107,8 +140,18 @@ def countdown_reward(completions, nums, target, **_):
 
 
 def run_parity(
-    preset_path: str, base: str, data: str, out: str, *, seed: int = 0, threads: int = 1, overrides: list[str] = ()
+    preset_path: str,
+    base: str,
+    data: str,
+    out: str,
+    *,
+    seed: int = 0,
+    threads: int = 1,
+    overrides: list[str] = (),
+    trainer: str = "trl-grpo",
 ) -> dict[str, Any]:
+    if trainer not in TRAINERS:
+        raise ValueError(f"--trainer: unknown trainer {trainer!r}; choose one of {list(TRAINERS)}")
     trl_available()
     import torch
     from trl import GRPOTrainer
@@ -121,7 +164,8 @@ def run_parity(
 
     set_threads(threads)
     preset = load_preset(preset_path)
-    cfg = load_train_config(preset_path, None, [f"model.path={json.dumps(base)}", *overrides])
+    run_sets = [*RUN_OVERRIDES[trainer], *overrides]
+    cfg = load_train_config(preset_path, None, [f"model.path={json.dumps(base)}", *run_sets])
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = dict((preset.get("eval") or {}).get("countdown") or {})
@@ -130,7 +174,8 @@ def run_parity(
     base_eval = evaluate_countdown(base, data, settings, fmt)
     write_json_atomic(base_eval, out_dir / "base_countdown.json")
     tok = load_tokenizer_checked(base)
-    args = trl_grpo_args(
+    make_args = trl_rspo_args if trainer == "trl-rspo" else trl_grpo_args
+    args = make_args(
         cfg,
         out_dir / "trl",
         generations=cfg.schedule.total_steps,
@@ -140,23 +185,28 @@ def run_parity(
         logging_steps=cfg.schedule.prompts_per_step // cfg.schedule.mini_batch_prompts,
     )
     torch.manual_seed(seed)
-    trainer = GRPOTrainer(
+    if trainer == "trl-rspo":
+        from rspo.integrations.trl import RSPOTrainer as trainer_cls
+    else:
+        trainer_cls = GRPOTrainer
+    trl_trainer = trainer_cls(
         model=load_model(base, device="cpu"),
         reward_funcs=countdown_reward,
         args=args,
         train_dataset=countdown_dataset(Path(data), fmt),
         processing_class=tok,
     )
-    trainer.train()
+    trl_trainer.train()
     t_train = time.time() - t0
     final = out_dir / "final"
-    save_checkpoint(trainer.model, tok, final, meta={"trainer": "trl.GRPOTrainer", "seed": seed})
+    save_checkpoint(trl_trainer.model, tok, final, meta={"trainer": TRAINERS[trainer], "seed": seed})
     result = evaluate_countdown(str(final), data, settings, fmt)
     write_json_atomic(result, out_dir / "countdown.json")
     keys = ("reward", "frac_reward_zero_std", "entropy", "clip_ratio/region_mean", "learning_rate")
-    log = [{k: row[k] for k in ("step", *keys) if k in row} for row in trainer.state.log_history if "reward" in row]
+    keys += ("router/shift_ratio_mean", "router/shift_clipfrac")
+    log = [{k: row[k] for k in ("step", *keys) if k in row} for row in trl_trainer.state.log_history if "reward" in row]
     summary = {
-        "trainer": "trl.GRPOTrainer",
+        "trainer": TRAINERS[trainer],
         "trl_version": __import__("trl").__version__,
         "preset": str(preset.get("preset")),
         "seed": seed,
@@ -168,6 +218,7 @@ def run_parity(
         "train_wall_time_s": t_train,
         "threads": threads,
         "overrides": list(overrides),
+        "run_overrides": RUN_OVERRIDES[trainer],
     }
     write_json_atomic(summary, out_dir / "parity.json")
     return summary
@@ -182,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", required=True, help="the generated Countdown folder")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trainer", choices=list(TRAINERS), default="trl-grpo", help="TRL GRPO, or RSPO through TRL")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="rl override")
     args = ap.parse_args(argv)
@@ -193,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         threads=args.threads,
         overrides=args.overrides,
+        trainer=args.trainer,
     )
     print(json.dumps({k: s[k] for k in ("base_accuracy", "final_accuracy", "wall_time_s")}), file=sys.stdout)
     return 0

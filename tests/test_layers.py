@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),
     ("data sets and tokenizers", ["rspo.data", "rspo.data.*", "rspo.tokenizer"]),
     ("models and the method", ["rspo.models", "rspo.router", "rspo.losses", "rspo.rollout", "rspo.rollout.*"]),
+    ("plug-ins for other trainers (TRL)", ["rspo.integrations", "rspo.integrations.*"]),
     ("tasks and tracking, shared by the programs", ["rspo.tasks", "rspo.tracking"]),
     (
         "programs (one per command)",

@@ -49,3 +49,42 @@ def test_parity_trains_with_trl_and_evaluates_like_the_study(tmp_path):
     assert "frac_reward_zero_std" in saved["log"][0]
     assert json.loads((out / "countdown.json").read_text())["splits"]["val"]["n"] == 8
     assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_rspo_through_trl_maps_the_same_work_with_gmpos_clip_and_the_presets_rs():
+    pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
+    from rspo.integrations.trl import RSPOConfig
+    from rspo.parity import RUN_OVERRIDES, trl_grpo_args, trl_rspo_args
+    from rspo.plan import load_train_config
+
+    cfg = load_train_config(ROOT / "configs" / "small.yaml", None, RUN_OVERRIDES["trl-rspo"])
+    kw = dict(generations=150, lr=cfg.optim.lr, warmup=cfg.optim.warmup_steps, seed=1)
+    rs, grpo = trl_rspo_args(cfg, Path("/tmp/x"), **kw), trl_grpo_args(cfg, Path("/tmp/x"), **kw)
+    assert isinstance(rs, RSPOConfig)
+    assert (rs.epsilon, rs.epsilon_high, rs.gamma_min, rs.stop_gradient) == (0.4, 0.4, 0.8, True)
+    same = ("per_device_train_batch_size", "num_generations", "steps_per_generation", "max_steps", "learning_rate")
+    assert all(getattr(rs, k) == getattr(grpo, k) for k in same + ("temperature", "max_completion_length", "beta"))
+    assert rs.steps_per_generation > rs.gradient_accumulation_steps  # off-policy updates: RS has work to do
+
+
+@pytest.mark.slow
+def test_parity_trains_rspo_through_trl_and_logs_the_router_metrics(tmp_path):
+    pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
+    from rspo.parity import run_parity
+
+    assets = make_train_assets(tmp_path / "assets")
+    out = tmp_path / "trl-rspo-s0"
+    s = run_parity(
+        str(ROOT / "configs" / "smoke.yaml"),
+        str(assets / "base"),
+        str(assets / "data"),
+        str(out),
+        overrides=["schedule.total_steps=2", "rollout.max_new_tokens=6"],
+        trainer="trl-rspo",
+    )
+    saved = json.loads((out / "parity.json").read_text())
+    assert saved["trainer"].startswith("rspo.integrations.trl.RSPOTrainer") and len(saved["log"]) == 2
+    assert saved["run_overrides"] == ["algorithm.algo=gmpo", "algorithm.router_shift=true"]
+    for row in saved["log"]:
+        assert 0.0 < row["router/shift_ratio_mean"] <= 1.0 and 0.0 <= row["router/shift_clipfrac"] <= 1.0
+    assert set(s["final_accuracy"]) == {"val", "val_target"}
