@@ -1,6 +1,7 @@
-"""The README's result tables are copies of the committed table files, never typed by hand.
+"""The result tables of the README and of docs/*.md are copies of the committed table files, never
+typed by hand.
 
-A block in README.md between
+A block in README.md or a docs/*.md page between
 
     <!-- table: docs/results/small/tables/table_countdown.md -->
     ...
@@ -41,18 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a block differs from its file")
     args = ap.parse_args(argv)
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    new = refreshed(text)
-    if args.check:
-        stale = [p for (p, a), (_, b) in zip(blocks(text), blocks(new)) if a != b]
-        for p in stale:
-            print(f"README.md: the table block of {p} differs from the file", file=sys.stderr)
-        return 1 if stale else 0
-    if new != text:
-        readme.write_text(new)
-    print(f"README.md: {len(blocks(new))} table blocks from their files")
-    return 0
+    stale_any = False
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        new = refreshed(text)
+        rel = page.relative_to(ROOT)
+        if args.check:
+            stale = [p for (p, a), (_, b) in zip(blocks(text), blocks(new)) if a != b]
+            for p in stale:
+                print(f"{rel}: the table block of {p} differs from the file", file=sys.stderr)
+            stale_any |= bool(stale)
+            continue
+        if new != text:
+            page.write_text(new)
+        if blocks(new):
+            print(f"{rel}: {len(blocks(new))} table blocks from their files")
+    return 1 if stale_any else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""The README's Layout section matches the tree: every path it names exists, every top-level folder
-of the repository and every module and subpackage of rspo/ has its line, and the library's lines
-follow the floors of tests/test_layers.py. Every relative link and image of the README (and of the
-committed results' notes) points to a file that exists."""
+"""The README is a front page (at most 250 lines, linking every page of docs/); the Layout section
+of docs/development.md matches the tree: every path it names exists, every top-level folder of the
+repository and every module and subpackage of rspo/ has its line, and the library's lines follow
+the floors of tests/test_layers.py. Every relative link and image of the README and of docs/
+points to a file that exists; every result table block of any page is its committed file."""
 
 from __future__ import annotations
 
@@ -14,12 +15,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+LAYOUT_PAGE = ROOT / "docs" / "development.md"
+DEVELOPMENT = LAYOUT_PAGE.read_text(encoding="utf-8")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_the_readme_is_a_front_page_linking_every_docs_page():
+    assert len(README.splitlines()) <= 250, f"README.md has {len(README.splitlines())} lines; move detail to docs/"
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+\.md)", README))
+    missing = [f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")) if f"docs/{p.name}" not in linked]
+    assert not missing, f"docs pages the README does not link: {missing}"
 
 
 def layout_rows() -> list[tuple[list[str], str]]:
     """(paths of the first column, the row's whole text) for every row of the Layout table."""
-    m = re.search(r"^## Layout\n(.*?)(?=^## )", README, flags=re.S | re.M)
-    assert m, "README.md has no '## Layout' section"
+    m = re.search(r"^## Layout\n(.*?)(?=^## )", DEVELOPMENT, flags=re.S | re.M)
+    assert m, "docs/development.md has no '## Layout' section"
     rows = []
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -38,7 +49,7 @@ NAMED = [p for paths, _ in ROWS for p in paths] + [
 
 @pytest.mark.parametrize("path", sorted(set(NAMED)))
 def test_every_path_named_in_the_layout_exists(path):
-    assert (ROOT / path).exists(), f"README.md Layout names {path}, which does not exist"
+    assert (ROOT / path).exists(), f"docs/development.md's Layout names {path}, which does not exist"
 
 
 def test_every_top_level_folder_has_a_line():
@@ -49,7 +60,7 @@ def test_every_top_level_folder_has_a_line():
     folders = {line.split("/", 1)[0] for line in tracked.splitlines() if "/" in line}
     first_column = {p.rstrip("/") for paths, _ in ROWS for p in paths}
     missing = sorted(f for f in folders if f not in first_column)
-    assert not missing, f"top-level folders without a line in README.md's Layout: {missing}"
+    assert not missing, f"top-level folders without a line in docs/development.md's Layout: {missing}"
 
 
 def test_every_part_of_the_library_has_a_line():
@@ -57,7 +68,7 @@ def test_every_part_of_the_library_has_a_line():
     parts = [p for p in sorted((ROOT / "rspo").iterdir()) if p.name != "__pycache__" and p.name != "__init__.py"]
     parts = [p for p in parts if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").is_file())]
     missing = [str(p.relative_to(ROOT)) for p in parts if str(p.relative_to(ROOT)) not in named]
-    assert not missing, f"parts of rspo/ without a line in README.md's Layout: {missing}"
+    assert not missing, f"parts of rspo/ without a line in docs/development.md's Layout: {missing}"
 
 
 def test_library_lines_follow_the_floors():
@@ -90,14 +101,16 @@ def test_every_relative_link_points_to_a_file(doc, target):
     assert ((ROOT / doc).parent / target).exists(), f"{doc} links to {target}, which does not exist"
 
 
-def test_the_result_tables_in_the_readme_are_the_committed_files():
-    """Every table block of the README is the file it names, byte for byte (make readme-tables
-    rewrites them), and the small study's tables all appear."""
+def test_the_result_tables_in_the_docs_are_the_committed_files():
+    """Every table block of the README and of docs/*.md is the file it names, byte for byte (make
+    readme-tables rewrites them), and the small study's tables all appear somewhere."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from readme_tables import blocks, refreshed
 
-    text = (ROOT / "README.md").read_text()
-    named = [p for p, _ in blocks(text)]
+    named = []
+    for page in PAGES:
+        text = page.read_text()
+        named += [p for p, _ in blocks(text)]
+        assert refreshed(text) == text, f"{page.name}: table blocks differ from their files: run `make readme-tables`"
     for table in ("table_countdown", "table_claims", "table_efficiency"):
         assert f"docs/results/small/tables/{table}.md" in named, table
-    assert refreshed(text) == text, "README table blocks differ from their files: run `make readme-tables`"
