@@ -20,7 +20,7 @@ VSTAMP := $(VVENV)/.installed
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
 	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
-.PHONY: venv venv-vllm sandbox test test-fast test-vllm main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
+.PHONY: venv venv-vllm sandbox test test-fast test-vllm test-race main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# CPU torch from local disk first, so nothing else can pull a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,evalplus]' transformers==5.23.0
+	$(BIN)/pip install --quiet -e '.[dev,evalplus,trl]' transformers==5.23.0
 	$(BIN)/pip install --quiet --no-deps evalplus==0.3.1
 	touch $(STAMP)
 
@@ -66,7 +66,14 @@ test: venv venv-vllm sandbox
 	test $$main -eq 0 && test $$vllm -eq 0
 
 test-vllm: venv-vllm
-	OMP_NUM_THREADS=1 $(VBIN)/python -m pytest -q --durations=10 -m "vllm or not slow" tests/test_*vllm*.py $(TRANSFORMERS_TESTS)
+	OMP_NUM_THREADS=1 $(VBIN)/python -m pytest -q -n 2 --dist loadfile --durations=10 -m "vllm or not slow" \
+		tests/test_*vllm*.py $(TRANSFORMERS_TESTS)
+
+# the tracking race check at length: the whole smoke DAG with maximal parallel starts, RACE_REPEATS
+# times in fresh workspaces (make test runs it twice; ~4.5 min per repetition on 2 cores)
+RACE_REPEATS ?= 5
+test-race: venv sandbox
+	RSPO_SMOKE_REPEATS=$(RACE_REPEATS) OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_workflow_smoke.py
 
 # everything but the end-to-end (`slow`), SLURM (`slurm`) and vLLM (`vllm`) tests; meant to stay under 5 minutes
 test-fast: venv sandbox
