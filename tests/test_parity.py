@@ -29,20 +29,28 @@ def test_the_preset_maps_onto_trl_with_the_same_work_per_step():
     assert args.temperature == cfg.rollout.temperature and args.max_completion_length == cfg.rollout.max_new_tokens
 
 
-@pytest.mark.slow
-def test_parity_trains_with_trl_and_evaluates_like_the_study(tmp_path):
+def tiny_parity(tmp_path, trainer: str):
+    """Two generations of `rspo parity` on the smoke preset and a tiny base -> (summary, out)."""
     pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
     from rspo.parity import run_parity
 
     assets = make_train_assets(tmp_path / "assets")
-    out = tmp_path / "trl-grpo-s0"
+    out = tmp_path / f"{trainer}-s0"
+    overrides = ["schedule.total_steps=2", "rollout.max_new_tokens=6"]
     s = run_parity(
         str(ROOT / "configs" / "smoke.yaml"),
         str(assets / "base"),
         str(assets / "data"),
         str(out),
-        overrides=["schedule.total_steps=2", "rollout.max_new_tokens=6"],
+        overrides=overrides,
+        trainer=trainer,
     )
+    return s, out
+
+
+@pytest.mark.slow
+def test_parity_trains_with_trl_and_evaluates_like_the_study(tmp_path):
+    s, out = tiny_parity(tmp_path, "trl-grpo")
     assert set(s["final_accuracy"]) == set(s["base_accuracy"]) == {"val", "val_target"}
     saved = json.loads((out / "parity.json").read_text())
     assert saved["generations"] == 2 and saved["trainer"] == "trl.GRPOTrainer" and len(saved["log"]) == 2
@@ -69,19 +77,7 @@ def test_rspo_through_trl_maps_the_same_work_with_gmpos_clip_and_the_presets_rs(
 
 @pytest.mark.slow
 def test_parity_trains_rspo_through_trl_and_logs_the_router_metrics(tmp_path):
-    pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
-    from rspo.parity import run_parity
-
-    assets = make_train_assets(tmp_path / "assets")
-    out = tmp_path / "trl-rspo-s0"
-    s = run_parity(
-        str(ROOT / "configs" / "smoke.yaml"),
-        str(assets / "base"),
-        str(assets / "data"),
-        str(out),
-        overrides=["schedule.total_steps=2", "rollout.max_new_tokens=6"],
-        trainer="trl-rspo",
-    )
+    s, out = tiny_parity(tmp_path, "trl-rspo")
     saved = json.loads((out / "parity.json").read_text())
     assert saved["trainer"].startswith("rspo.integrations.trl.RSPOTrainer") and len(saved["log"]) == 2
     assert saved["run_overrides"] == ["algorithm.algo=gmpo", "algorithm.router_shift=true"]
