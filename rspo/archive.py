@@ -216,6 +216,14 @@ def missing_runs(manifest: dict[str, Any], runs: list[str]) -> list[str]:
 CHUNK = 1 << 20  # bytes read from a member at a time: memory is bounded by this, not by the bundle
 
 
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _checked_bundle(archive: Path, m: dict[str, Any]) -> Path:
     """The bundle's path once its size and sha256 match the manifest (read in chunks, before any
     decompression: a bundle larger than declared is refused without hashing it)."""
@@ -225,11 +233,7 @@ def _checked_bundle(archive: Path, m: dict[str, Any]) -> Path:
     size, declared = bundle_path.stat().st_size, m["bundle"].get("bytes")
     if size != declared:
         raise ArchiveError(f"{bundle_path}: {size} bytes, the manifest says {declared} (damaged or replaced)")
-    h = hashlib.sha256()
-    with bundle_path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    if h.hexdigest() != m["bundle"]["sha256"]:
+    if _file_sha256(bundle_path) != m["bundle"]["sha256"]:
         raise ArchiveError(f"{bundle_path}: sha256 does not match the manifest (damaged or replaced)")
     return bundle_path
 
@@ -289,14 +293,6 @@ def verify(archive: str | Path, preset: dict[str, Any] | None = None) -> dict[st
     m = read_manifest(archive, preset)
     _stream_members(Path(archive), m)
     return m
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dict[str, Any]:

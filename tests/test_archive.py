@@ -92,25 +92,49 @@ def copy_archive(src: Path, dst: Path) -> Path:
     return dst
 
 
+class _Zeros(io.RawIOBase):
+    """n zero bytes, produced as read (a member that expands far beyond what its archive weighs)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        k = min(len(b), self.n)
+        b[:k] = bytes(k)
+        self.n -= k
+        return k
+
+
+def rebuild_bundle(archive: Path, members: list[tuple[str, int, object]]) -> None:
+    """runs.tar.xz made of (name, size in the tar header, file object); the manifest's bundle
+    entry (size, sha256) updated so that only the member checks stand between it and the reader."""
+    import hashlib
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=0) as tar:
+        for name, size, fileobj in members:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, fileobj)
+    (archive / "runs.tar.xz").write_bytes(buf.getvalue())
+    m = json.loads((archive / "archive.json").read_text())
+    m["bundle"].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+    (archive / "archive.json").write_text(json.dumps(m))
+
+
+def bundle_files(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive / "runs.tar.xz", "r:xz") as tar:
+        return {i.name: tar.extractfile(i).read() for i in tar.getmembers()}
+
+
 def rewrite_bundle(archive: Path, edit) -> None:
     """Rebuild runs.tar.xz with edit(name, bytes) -> bytes applied, and its sha256 and size in the
     manifest (so that only a member's own checks can catch the change)."""
-    import hashlib
-
-    m = json.loads((archive / "archive.json").read_text())
-    with tarfile.open(archive / "runs.tar.xz", "r:xz") as tar:
-        files = {i.name: tar.extractfile(i).read() for i in tar.getmembers()}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
-        for name, data in files.items():
-            data = edit(name, data)
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    (archive / "runs.tar.xz").write_bytes(buf.getvalue())
-    m["bundle"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
-    m["bundle"]["bytes"] = len(buf.getvalue())
-    (archive / "archive.json").write_text(json.dumps(m))
+    edited = [(name, edit(name, data)) for name, data in bundle_files(archive).items()]
+    rebuild_bundle(archive, [(name, len(data), io.BytesIO(data)) for name, data in edited])
 
 
 def test_bad_archives_are_refused_with_the_reason_and_nothing_is_written(packed, tmp_path):
@@ -161,44 +185,6 @@ def test_bad_archives_are_refused_with_the_reason_and_nothing_is_written(packed,
         unpack(archive, plan.preset, into)
     assert sorted(p.name for p in into.rglob("*") if p.is_file()) == ["metrics.jsonl"]
     assert main(["unpack", str(tmp_path / "damaged"), "--preset", str(SMOKE), "--into", str(tmp_path / "x")]) == 2
-
-
-class _Zeros(io.RawIOBase):
-    """n zero bytes, produced as read (a member that expands far beyond what its archive weighs)."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        k = min(len(b), self.n)
-        b[:k] = bytes(k)
-        self.n -= k
-        return k
-
-
-def rebuild_bundle(archive: Path, members: list[tuple[str, int, object]]) -> None:
-    """runs.tar.xz made of (name, size in the tar header, file object); the manifest's bundle
-    entry (size, sha256) updated so that only the member checks stand between it and the reader."""
-    import hashlib
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=0) as tar:
-        for name, size, fileobj in members:
-            info = tarfile.TarInfo(name)
-            info.size = size
-            tar.addfile(info, fileobj)
-    (archive / "runs.tar.xz").write_bytes(buf.getvalue())
-    m = json.loads((archive / "archive.json").read_text())
-    m["bundle"].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
-    (archive / "archive.json").write_text(json.dumps(m))
-
-
-def bundle_files(archive: Path) -> dict[str, bytes]:
-    with tarfile.open(archive / "runs.tar.xz", "r:xz") as tar:
-        return {i.name: tar.extractfile(i).read() for i in tar.getmembers()}
 
 
 def test_a_member_that_expands_beyond_its_declared_size_is_refused_unread_in_bounded_memory(packed, tmp_path):

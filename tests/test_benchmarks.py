@@ -97,6 +97,9 @@ def test_math_suite_row_counts_and_answers():
         "minerva": 272,
         "olympiadbench": 675,
     }
+    from rspo.report.reference import PROBLEMS  # what table_main's notes on the paper's numbers assume
+
+    assert {name: PROBLEMS[name] for name in counts} == counts
     amc = B.load_math_benchmark("amc22_23", limit=3)
     assert len(amc) == 3 and amc[0]["answer"] == "142" and amc[0]["id"] == "amc22_23/0"
     assert isinstance(B.load_math_benchmark("minerva", limit=1)[0]["answer"], list)

@@ -50,7 +50,7 @@ def old_cache(model, ids, attn):
     return cache
 
 
-def run(model, ids, attn, resp, P, share, routing=RoutingMode.NONE, cache=None, temperature=1.0):
+def run(model, ids, attn, resp, P, share, routing=RoutingMode.NONE, cache=None, temperature=1.0, logits_chunk=0):
     model.zero_grad(set_to_none=True)
     groups = torch.arange(ids.shape[0]) // G
     with policy_forward(
@@ -66,6 +66,7 @@ def run(model, ids, attn, resp, P, share, routing=RoutingMode.NONE, cache=None, 
         routing=routing,
         cache=cache,
         share_prompts=share,
+        logits_chunk=logits_chunk,
     ) as (out, win):
         (out.logp.sum() + 0.1 * out.entropy.sum()).backward()  # router logits: compared by value only
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

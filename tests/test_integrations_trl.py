@@ -117,9 +117,7 @@ def fixed_batch(B: int = 4, P: int = 5, C: int = 6, seed: int = 0) -> dict:
 def old_pass(trainer, batch: dict) -> dict:
     """The batch as the plug-in's ``_generate_and_score_completions`` returns it: old log-probs and
     the old routers, from the plug-in's own old-pass code path."""
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    C = batch["completion_ids"].shape[1]
+    ids, att, C = full_inputs(batch)
     trainer._rs_phase, trainer._rs_old = "old", None
     with torch.no_grad():
         old_logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, C)
@@ -139,19 +137,30 @@ def perturb(model, scale: float = 0.01, seed: int = 1) -> None:
             p.add_(scale * torch.randn(p.shape, generator=g))
 
 
-def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, gamma_min, stop_gradient):
-    """compute_policy_loss on our own forward, gamma from rspo.router with a cache built here."""
+def full_inputs(batch: dict) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Prompt + completion ids and attention mask, and the completion width C."""
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    return ids, att, batch["completion_ids"].shape[1]
+
+
+def our_forward(model, batch: dict, detach: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Our own forward, written here: the completion tokens' log-probs (B, C) and each MoE layer's
+    router logits (B, C, E) at the positions that predict them (S - C - 1 .. S - 2)."""
+    ids, att, C = full_inputs(batch)
     B, S = ids.shape
-    C = batch["completion_ids"].shape[1]
-    spec = router_spec(model)
-    with capture_router_logits(model, detach=stop_gradient) as cap:
+    with capture_router_logits(model, detach=detach) as cap:
         logits = model(input_ids=ids, attention_mask=att).logits.float()
     logp = F.log_softmax(logits[:, S - C - 1 : S - 1], -1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
-    new = [lg.view(B, S, -1)[:, S - C - 1 : S - 1] for lg in cap.logits]
+    return logp, [lg.view(B, S, -1)[:, S - C - 1 : S - 1] for lg in cap.logits]
+
+
+def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, gamma_min, stop_gradient):
+    """compute_policy_loss on our own forward, gamma from rspo.router with a cache built here."""
+    B, C = batch["completion_ids"].shape
+    logp, new = our_forward(model, batch, detach=stop_gradient)
     cache = OldRouterCache.from_logits(
-        [lg.reshape(B * C, -1) for lg in old_logits], spec.top_k, (B, C), indices_list=None
+        [lg.reshape(B * C, -1) for lg in old_logits], router_spec(model).top_k, (B, C), indices_list=None
     )
     gamma = router_shift_ratio(cache, new)
     loss, metrics = compute_policy_loss(
@@ -167,16 +176,6 @@ def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, ga
         clip_high=eps_high,
     )
     return loss, metrics, gamma
-
-
-def old_router_logits(model, batch: dict):
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    B, S = ids.shape
-    C = batch["completion_ids"].shape[1]
-    with torch.no_grad(), capture_router_logits(model, detach=True) as cap:
-        model(input_ids=ids, attention_mask=att)
-    return [lg.view(B, S, -1)[:, S - C - 1 : S - 1] for lg in cap.logits]
 
 
 def grads(model) -> dict[str, torch.Tensor]:
@@ -195,15 +194,11 @@ def test_the_plugin_loss_and_gradients_equal_compute_policy_loss(tmp_path, arch,
     model = trainer.model
     batch = fixed_batch()
     inputs = old_pass(trainer, batch)
-    old_logits = old_router_logits(model, batch)
-    # the old pass's log-probs are the ones our forward gives (TRL's fused head vs our log-softmax)
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    S, C = ids.shape[1], batch["completion_ids"].shape[1]
     with torch.no_grad():
-        lg = model(input_ids=ids, attention_mask=torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)).logits
-    ours_old = F.log_softmax(lg[:, S - C - 1 : S - 1].float(), -1).gather(-1, batch["completion_ids"].unsqueeze(-1))
+        ours_old, old_logits = our_forward(model, batch, detach=True)
+    # the old pass's log-probs are the ones our forward gives (TRL's fused head vs our log-softmax)
     m = batch["completion_mask"].bool()
-    torch.testing.assert_close(inputs["old_per_token_logps"][m], ours_old.squeeze(-1)[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(inputs["old_per_token_logps"][m], ours_old[m], atol=1e-5, rtol=1e-5)
 
     perturb(model)
     model.zero_grad()

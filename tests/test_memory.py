@@ -7,14 +7,13 @@ import dataclasses
 
 import pytest
 import torch
-from test_forward import G, layout, old_cache
+from test_forward import layout, old_cache, run
 from test_train import CASES, digit_task, make_cfg
 from tiny_moe import ARCHS, make_tiny_moe, make_train_assets
 
 from rspo.distributed import Dist
 from rspo.losses import group_advantages
 from rspo.router import RoutingMode
-from rspo.train.forward import policy_forward
 from rspo.train.memory import RowCache, merge_micro_metrics, pack_micro_batches, row_tokens
 from rspo.train.trainer import Trainer
 
@@ -112,26 +111,8 @@ def test_ranks_run_as_many_forwards_as_the_rank_with_most_micro_batches(assets, 
 def test_chunked_log_probs_equal_the_whole_logits_ones(arch, share):
     model = make_tiny_moe(arch, top_k=2 if arch == "mixtral" else 1).train()
     ids, attn, resp, P = layout(seed=7)
-    groups = torch.arange(ids.shape[0]) // G
-    runs = []
-    for chunk in (0, 3):
-        model.zero_grad(set_to_none=True)
-        with policy_forward(
-            model,
-            ids,
-            attn,
-            resp,
-            P,
-            groups,
-            temperature=1.3,
-            with_entropy=True,
-            capture=True,
-            share_prompts=share,
-            logits_chunk=chunk,
-        ) as (out, _):
-            (out.logp.sum() + 0.1 * out.entropy.sum()).backward()
-        runs.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
-    (a, ga), (b, gb) = runs
+    runs = [run(model, ids, attn, resp, P, share, temperature=1.3, logits_chunk=chunk) for chunk in (0, 3)]
+    (a, _, ga), (b, _, gb) = runs
     torch.testing.assert_close(b.logp, a.logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(b.entropy, a.entropy, rtol=1e-5, atol=1e-5)
     assert ga.keys() == gb.keys() and "lm_head.weight" in ga

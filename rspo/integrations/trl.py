@@ -55,12 +55,12 @@ DeepSpeed and FSDP on GPUs, PEFT models (refused: the routers sit under the adap
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from rspo.config import check_gamma_min
 from rspo.losses import DEFAULT_GAMMA_MIN, router_shift_log_weight
+from rspo.models import response_slice
 from rspo.router import OldRouterCache, capture_router_logits, router_shift_ratio, router_spec
 
 TESTED_TRL = "1.16.0"
@@ -76,40 +76,31 @@ except ImportError as e:  # pragma: no cover - the optional extra
     ) from e
 
 
-def _rs_fields_help() -> dict[str, Any]:
-    return {
-        "gamma_min": field(
-            default=DEFAULT_GAMMA_MIN,
-            metadata={"help": "Floor of the router-shift ratio, in (0, 1] (paper: 0.8 in all experiments)."},
-        ),
-        "stop_gradient": field(
-            default=True, metadata={"help": "Detach the router-shift weight (paper: true; false is the ablation)."}
-        ),
-    }
+@dataclass
+class _RSFields:
+    """The two fields RS adds to a TRL config (mixed in before TRL's config class)."""
+
+    gamma_min: float = field(
+        default=DEFAULT_GAMMA_MIN,
+        metadata={"help": "Floor of the router-shift ratio, in (0, 1] (paper: 0.8 in all experiments)."},
+    )
+    stop_gradient: bool = field(
+        default=True, metadata={"help": "Detach the router-shift weight (paper: true; false is the ablation)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.gamma_min = check_gamma_min(float(self.gamma_min))
 
 
 @dataclass
-class RSGRPOConfig(GRPOConfig):
+class RSGRPOConfig(_RSFields, GRPOConfig):
     """TRL's GRPOConfig plus RS: ``gamma_min`` (default 0.8) and ``stop_gradient`` (default true)."""
 
-    gamma_min: float = _rs_fields_help()["gamma_min"]
-    stop_gradient: bool = _rs_fields_help()["stop_gradient"]
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.gamma_min = check_gamma_min(float(self.gamma_min))
-
 
 @dataclass
-class RSPOConfig(GMPOConfig):
+class RSPOConfig(_RSFields, GMPOConfig):
     """TRL's GMPOConfig plus RS (the paper's RSPO): ``gamma_min`` (0.8) and ``stop_gradient`` (true)."""
-
-    gamma_min: float = _rs_fields_help()["gamma_min"]
-    stop_gradient: bool = _rs_fields_help()["stop_gradient"]
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.gamma_min = check_gamma_min(float(self.gamma_min))
 
 
 class _ShiftedOld(dict):
@@ -195,10 +186,10 @@ class RouterShiftMixin:
             )
         B, S = input_ids.shape
         C = int(logits_to_keep)
-        # positions that predict the completion tokens: S - C - 1 .. S - 2 (rspo.models.response_slice)
-        logits = [lg.view(B, S, -1)[:, S - C - 1 : S - 1] for lg in cap.logits]
+        # the positions that predict the completion tokens, as everywhere in rspo
+        logits = [response_slice(lg.view(B, S, -1), S - C) for lg in cap.logits]
         if phase == "old":
-            indices = [ix.view(B, S, -1)[:, S - C - 1 : S - 1].reshape(B * C, -1) for ix in cap.indices]
+            indices = [response_slice(ix.view(B, S, -1), S - C).reshape(B * C, -1) for ix in cap.indices]
             self._rs_old = OldRouterCache.from_logits(
                 [lg.reshape(B * C, -1) for lg in logits], self.rs_spec.top_k, (B, C), indices_list=indices
             )
