@@ -87,7 +87,37 @@ def assert_same_run(a: Path, b: Path, rel: float = 1e-4, atol: float = 2e-4, ign
         for k in set(x) - set(ignore):
             assert x[k] == pytest.approx(y[k], rel=rel, abs=1e-6), (x["step"], k, x[k], y[k])
     # weights move by ~0.2 at this learning rate; reduction-order noise through Adam leaves ~3e-5
-    wa, wb = weights(a / "final"), weights(b / "final")
+    assert_weights_close(weights(a / "final"), weights(b / "final"), rtol=1e-3, atol=atol)
+
+
+OUTLIER_SHARE = 1e-3  # of all weight elements
+OUTLIER_FACTOR = 10.0  # x the tolerance
+
+
+def assert_weights_close(wa: dict[str, torch.Tensor], wb: dict[str, torch.Tensor], *, rtol: float, atol: float) -> None:
+    """Two runs' final weights agree within (``rtol``, ``atol``), but for isolated elements.
+
+    Why isolated elements may differ more: Adam divides each gradient element by the root of its
+    own running square, so an element whose gradient sums to almost nothing (the contributions of
+    a step's tokens cancelling to within their float rounding) takes lr-sized steps whose direction
+    is set by that rounding: two runs that sum in another order (another micro-batch split, a
+    recomputed forward, another rank count, or the same code on another CPU's kernels) can move
+    that element apart by up to 2 x lr per update, while every other element agrees to rounding.
+    Measured: on AVX2 the largest such difference is ~3e-5, below the tolerance; with torch's
+    kernels forced onto their non-vectorised path (``ATEN_CPU_CAPABILITY=default``) one element of
+    an expert's gate projection of 1,024 moved 3.1e-4 apart (its neighbours ~1e-5). So at most
+    ``OUTLIER_SHARE`` of all elements may exceed the tolerance, and none by more than
+    ``OUTLIER_FACTOR`` times it. A wrong gradient (a token routed differently, a missing term)
+    moves whole rows of a tensor by a share of lr (3e-2 here) and fails both limits."""
     assert wa.keys() == wb.keys()
+    total = sum(t.numel() for t in wa.values())
+    over: list[tuple[str, int, float]] = []
     for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-3, atol=atol, msg=k)
+        diff = (wa[k].double() - wb[k].double()).abs()
+        tol = atol + rtol * wb[k].double().abs()
+        bad = diff > tol
+        assert not (diff > OUTLIER_FACTOR * tol).any(), (k, f"max |diff| {diff.max().item():.3g}")
+        if bad.any():
+            over.append((k, int(bad.sum()), float(diff[bad].max())))
+    n = sum(c for _, c, _ in over)
+    assert n <= OUTLIER_SHARE * total, f"{n} of {total} weight elements outside the tolerance: {over}"
