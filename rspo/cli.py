@@ -25,7 +25,8 @@ COMMANDS: dict[str, str] = {
     "sweep": "rspo.sweep:main",
     "archive": "rspo.archive:main",
     "fetch-model": "rspo.hub:main",
-    "plan-memory": "rspo.memory_plan:main",
+    "plan-memory": "rspo.gpu_memory.cli:main",
+    "preflight": "rspo.gpu_memory.preflight:main",
     "mlflow-init": "rspo.mlflow_commands:init_main",
     "mlflow-sync": "rspo.mlflow_commands:sync_main",
     "mlflow-ui": "rspo.mlflow_commands:ui_main",
@@ -48,6 +49,7 @@ commands:
   archive      pack a preset's run files into a checksummed archive, check or unpack one
   fetch-model  fetch a hub model once into a local folder (offline: from the hub cache)
   plan-memory  what a preset's runs hold per GPU in each phase, against a GPU's memory
+  preflight    a preset's real training step on one node, cut to a few layers, measured per phase
   mlflow-init  create the MLflow store and experiment once, before jobs start
   mlflow-sync  record in the MLflow store what the result files hold and the store lacks
   mlflow-ui    `mlflow ui` on a preset's store; prints the address of its runs table

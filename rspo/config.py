@@ -65,7 +65,7 @@ class ModelConfig:
     """torchrun on GPUs only: FSDP2's CPUOffloadPolicy: parameter shards, gradients and Adam's
     moments live on the host and the optimizer steps on the CPU (the GPU holds one gathered layer
     at a time). Trades a host<->GPU copy of the shards per step for 16 bytes per parameter / ranks
-    of GPU memory (rspo.memory_plan)."""
+    of GPU memory (rspo.gpu_memory.plan)."""
     logits_chunk_tokens: int = 0
     """> 0: the old pass and the updates compute log-probs and entropy from the final hidden states
     this many positions at a time, recomputing each chunk's logits in backward, so no forward ever
@@ -163,7 +163,11 @@ class RolloutConfig:
     of it must run on each node; rspo.rollout.colocate). 1: an engine per rank."""
     vllm_sleep: bool = False
     """vLLM on GPUs: free the engine's weights and KV cache while the old pass and the updates run
-    (sleep mode, level 2), re-allocated before each weight sync. A no-op on vLLM's CPU build."""
+    (sleep mode, level 2); the sync wakes the weights, then the KV cache (rspo.rollout.colocate). Its
+    CUDA graphs move to host memory while it sleeps. A no-op on vLLM's CPU build."""
+    vllm_enforce_eager: bool = False
+    """vLLM on GPUs: decode without CUDA graphs (slower; no graph pool in GPU memory). CPU engines
+    always run eagerly."""
 
     def validate(self, prefix: str) -> None:
         if self.backend not in BACKENDS:
@@ -185,6 +189,8 @@ class RolloutConfig:
             raise _err(f"{prefix}.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
         if self.backend != "vllm" and (self.tensor_parallel_size > 1 or self.vllm_sleep):
             raise _err(prefix, "tensor_parallel_size > 1 and vllm_sleep need backend: vllm")
+        if self.backend != "vllm" and self.vllm_enforce_eager:
+            raise _err(f"{prefix}.vllm_enforce_eager", "needs backend: vllm")
         if self.val_temperature < 0:
             raise _err(f"{prefix}.val_temperature", "must be >= 0")
 
@@ -334,6 +340,7 @@ EXECUTION_ONLY: tuple[str, ...] = (
     "schedule.max_tokens_per_micro_batch",
     "rollout.tensor_parallel_size",
     "rollout.vllm_sleep",
+    "rollout.vllm_enforce_eager",
 )
 # Settings added after runs existed, with the value those runs had: counted in the fingerprint
 # only where they differ from it (TrainConfig.fingerprint).

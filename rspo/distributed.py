@@ -5,7 +5,7 @@ Launch with torchrun (one process per GPU, or per core group on CPU)::
     torchrun --standalone --nproc-per-node 2 -m rspo train --preset ... --out ...
 
 ``Dist.from_env()`` reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK; ``init_distributed`` starts
-the process group (gloo on CPU, NCCL on CUDA) once. Without torchrun everything here is the
+the process group (gloo on CPU, NCCL on CUDA, both with CPU offload) once. Without torchrun everything here is the
 identity (world size 1) and no process group is created, so the single-process path runs the
 same code.
 
@@ -121,17 +121,29 @@ class Dist:
 
 
 def _collective_device() -> torch.device:
-    if tdist.is_initialized() and tdist.get_backend() == "nccl":
+    if tdist.is_initialized() and "nccl" in str(tdist.get_backend()):  # "nccl" or "cuda:nccl,cpu:gloo"
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def init_distributed(device: torch.device, timeout_min: float = 30) -> Dist:
+def process_group_backend(device: torch.device, cpu_offload: bool = False) -> str:
+    """The process group's backend: gloo on CPU ranks, NCCL on CUDA ranks, and both when any state
+    lives on the host next to a GPU (``model.cpu_offload``: FSDP2's CPUOffloadPolicy keeps the shards
+    as CPU DTensors, so the engine's first sync gathers CPU tensors and the gradient clipping reduces
+    CPU norms; with NCCL alone they fail with "No backend type associated with device type cpu").
+    torchtitan makes the same choice ("cuda:nccl,cpu:gloo" with CPU offload)."""
+    if device.type != "cuda":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if cpu_offload else "nccl"
+
+
+def init_distributed(device: torch.device, timeout_min: float = 30, cpu_offload: bool = False) -> Dist:
     """Start the process group when launched by torchrun (no-op otherwise) -> Dist.
 
     ``device`` is the device the model will live on: CUDA ranks use NCCL and their LOCAL_RANK
-    GPU, CPU ranks use gloo. ``timeout_min``: how long a collective waits for the other ranks
-    before the job fails (rl.model.collective_timeout_min; NCCL's own default is 10 minutes).
+    GPU, CPU ranks use gloo (``process_group_backend``; with ``cpu_offload`` both). ``timeout_min``:
+    how long a collective waits for the other ranks before the job fails
+    (rl.model.collective_timeout_min; NCCL's own default is 10 minutes).
     """
     from datetime import timedelta
 
@@ -141,7 +153,8 @@ def init_distributed(device: torch.device, timeout_min: float = 30) -> Dist:
     if not tdist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(d.local_rank)
-        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_min))
+        backend = process_group_backend(device, cpu_offload)
+        tdist.init_process_group(backend, timeout=timedelta(minutes=timeout_min))
     if tdist.get_world_size() != d.world_size or tdist.get_rank() != d.rank:
         raise RuntimeError(
             f"process group (rank {tdist.get_rank()} of {tdist.get_world_size()}) disagrees "
@@ -173,19 +186,17 @@ def shard_model(
     master_dtype: torch.dtype | None = None,
     mp_policy=None,
     cpu_offload: bool = False,
-    mesh=None,
 ) -> torch.nn.Module:
     """FSDP2 ``fully_shard`` per decoder layer, then the root; gradients averaged over ranks.
 
     ``master_dtype``: each layer is cast to it just before it is sharded (then the rest), so a
     model read in bf16 becomes fp32 master shards without a whole fp32 copy on any rank.
     ``mp_policy``: FSDP2's MixedPrecisionPolicy (rspo.train.precision). ``cpu_offload``: FSDP2's
-    CPUOffloadPolicy (shards, gradients and the optimizer step on the host). ``mesh``: a device mesh
-    made beforehand (rspo.memory_sim builds one outside its fake-tensor mode)."""
+    CPUOffloadPolicy (shards, gradients and the optimizer step on the host)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mesh = mesh or init_device_mesh(device.type, (d.world_size,))
+    mesh = init_device_mesh(device.type, (d.world_size,))
     kwargs = {
         "mesh": mesh,
         "mp_policy": mp_policy or MixedPrecisionPolicy(),

@@ -147,8 +147,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
-def check_checkpoint(path: str | Path) -> bool:
-    """Validate a local checkpoint folder (clear errors); False if ``path`` is a hub id."""
+def check_checkpoint(path: str | Path, weights: bool = True) -> bool:
+    """Validate a local checkpoint folder (clear errors); False if ``path`` is a hub id. ``weights``:
+    whether the folder must hold weights (a tokenizer, or a model built with random weights from its
+    config.json, needs none)."""
     from rspo.hub import is_hub_id
 
     p = Path(path)
@@ -158,7 +160,7 @@ def check_checkpoint(path: str | Path) -> bool:
         raise FileNotFoundError(f"model checkpoint folder not found: {p}")
     if not (p / "config.json").is_file():
         raise FileNotFoundError(f"model checkpoint {p} has no config.json (incomplete or not a HF checkpoint)")
-    if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
+    if weights and not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
         raise FileNotFoundError(f"model checkpoint {p} has no weights (*.safetensors)")
     return True
 
@@ -189,7 +191,7 @@ def load_tokenizer_checked(path: str | Path, expected_fingerprint: str | None = 
     from rspo.tokenizer import tokenizer_fingerprint
 
     path = resolve_model(path)
-    check_checkpoint(path)
+    check_checkpoint(path, weights=False)
     tok = AutoTokenizer.from_pretrained(str(path))
     if expected_fingerprint:
         fp = tokenizer_fingerprint(tok)

@@ -634,15 +634,23 @@ class OldRouterCache:
         logp_dtype: torch.dtype = torch.float16,
         keep_logits: bool = False,
         device: torch.device | str = "cpu",
+        alloc=None,
     ) -> OldRouterCache:
-        """An all-zero cache of the given shape, filled row by row with ``assign``."""
+        """An all-zero cache of the given shape, filled row by row with ``assign``. ``alloc(name,
+        shape, dtype)``: where the zeroed tensors come from (default: new ones on ``device``; the
+        trainer passes reused pinned host buffers, rspo.train.memory.HostBuffers)."""
         B, T = batch_shape
         shape = (num_layers, B, T, top_k)
+        if alloc is None:
+
+            def alloc(_name, size, dtype):
+                return torch.zeros(size, dtype=dtype, device=device)
+
         return cls(
-            indices=torch.zeros(shape, dtype=_index_dtype(num_experts), device=device),
-            logp=torch.zeros(shape, dtype=logp_dtype, device=device),
+            indices=alloc("indices", shape, _index_dtype(num_experts)),
+            logp=alloc("logp", shape, logp_dtype),
             num_experts=num_experts,
-            logits=torch.zeros((num_layers, B, T, num_experts), device=device) if keep_logits else None,
+            logits=alloc("logits", (num_layers, B, T, num_experts), torch.float32) if keep_logits else None,
         )
 
     def assign(self, rows: Tensor, part: OldRouterCache) -> None:

@@ -13,6 +13,8 @@ from tiny_moe import train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
+# metrics that measure the machine (time, memory per phase), not what the run computed
+MEASURED = ("perf/", "memory/")
 
 
 def env(**extra):
@@ -69,7 +71,7 @@ def train(
 
 def metrics(out: Path) -> list[dict]:
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(MEASURED)} for r in rows]
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:

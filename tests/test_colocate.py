@@ -60,8 +60,8 @@ class FakeLLM:
     def sleep(self, level):
         self.events.append(f"sleep{level}")
 
-    def wake_up(self):
-        self.events.append("wake")
+    def wake_up(self, tags=None):
+        self.events.append("wake:" + ",".join(tags or ["all"]))
 
     def collective_rpc(self, method, args=(), kwargs=None):
         self.events.append(f"reload:{sum(1 for _ in (kwargs or {}).get('weights_iterator', args[0] if args else []))}")
@@ -72,6 +72,8 @@ class FakeLLM:
 
 
 def test_on_a_gpu_the_engine_sleeps_after_a_rollout_and_wakes_before_the_next_sync():
+    """Sleep after the rollout; the sync wakes the weights alone, reloads them, and only then does
+    wake_kv map the KV cache back (two stages: never weights and KV cache beside a gathered layer)."""
     from tiny_moe import make_tiny_moe
 
     from rspo.rollout.vllm import VLLMBackend
@@ -84,10 +86,14 @@ def test_on_a_gpu_the_engine_sleeps_after_a_rollout_and_wakes_before_the_next_sy
     backend.release()
     backend.release()  # already asleep: once
     backend.sync_weights(model)
-    assert llm.events[:2] == ["sleep2", "wake"] and llm.events[2].startswith("reload:") and llm.events[3] == "reset"
-    assert int(llm.events[2].split(":")[1]) > 0  # the weights arrived after the wake-up
+    assert llm.events[:2] == ["sleep2", "wake:weights"] and llm.events[2].startswith("reload:")
+    assert llm.events[3] == "reset" and "wake:kv_cache" not in llm.events  # the KV cache still asleep
+    assert int(llm.events[2].split(":")[1]) > 0  # the weights arrived after the weights woke
+    backend.wake_kv()
+    assert llm.events[4] == "wake:kv_cache"
     backend.sync_weights(model)  # awake: no second wake-up
-    assert llm.events.count("wake") == 1
+    backend.wake_kv()
+    assert sum(e.startswith("wake") for e in llm.events) == 2 and "wake:all" not in llm.events
 
 
 def test_on_a_cpu_sleep_mode_is_skipped_with_one_log_line(caplog):

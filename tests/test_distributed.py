@@ -188,7 +188,7 @@ def test_the_trainer_starts_the_process_group_with_the_presets_timeout(assets, t
 
     seen = {}
 
-    def fake_init(device, timeout_min):
+    def fake_init(device, timeout_min, cpu_offload=False):
         seen["timeout"] = timeout_min
         return Dist()
 
@@ -248,3 +248,22 @@ def test_with_one_epoch_each_rank_holds_only_its_own_cache_rows(assets, tmp_path
     assert_same_run(ref, dp, ignore=("router/cache_bytes",))
     for a, b in zip(metrics(ref)[1:], metrics(dp)[1:]):
         assert b["router/cache_bytes"] == a["router/cache_bytes"] / 2
+
+
+def test_state_on_the_host_next_to_a_gpu_gets_a_cpu_backend_beside_nccl():
+    """model.cpu_offload keeps FSDP2's shards as CPU DTensors: their gathers and the gradient norm's
+    reduction need gloo beside NCCL (the collectives themselves need GPUs)."""
+    from rspo.distributed import process_group_backend
+
+    assert process_group_backend(torch.device("cpu")) == "gloo"
+    assert process_group_backend(torch.device("cuda", 0)) == "nccl"
+    assert process_group_backend(torch.device("cuda", 0), cpu_offload=True) == "cuda:nccl,cpu:gloo"
+    assert process_group_backend(torch.device("cpu"), cpu_offload=True) == "gloo"
+
+
+def test_gpu_jobs_set_the_allocator_and_nccl_unless_told_otherwise():
+    from rspo.train.cli import gpu_environment
+
+    env = {"NCCL_NVLS_ENABLE": "1"}
+    assert gpu_environment(env) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert env == {"NCCL_NVLS_ENABLE": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}

@@ -19,14 +19,27 @@ PKG = ROOT / "rspo"
 LAYERS: list[tuple[str, list[str]]] = [
     (
         "helpers without rspo imports",
-        ["rspo", "rspo.jsonl", "rspo.seeding", "rspo.progress", "rspo.distributed", "rspo.hub", "rspo.chat"],
+        [
+            "rspo",
+            "rspo.jsonl",
+            "rspo.seeding",
+            "rspo.progress",
+            "rspo.distributed",
+            "rspo.hub",
+            "rspo.chat",
+            "rspo.gpu_memory",
+            "rspo.gpu_memory.phases",
+        ],
     ),
     ("configuration and the planner (no torch)", ["rspo.config", "rspo.plan"]),
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),
     ("data sets and tokenizers", ["rspo.data", "rspo.data.*", "rspo.tokenizer"]),
     ("models and the method", ["rspo.models", "rspo.router", "rspo.losses", "rspo.rollout", "rspo.rollout.*"]),
     ("plug-ins for other trainers (TRL)", ["rspo.integrations", "rspo.integrations.*"]),
-    ("tasks and tracking, shared by the programs", ["rspo.tasks", "rspo.tracking"]),
+    (
+        "tasks and tracking, and the memory plan, shared by the programs",
+        ["rspo.tasks", "rspo.tracking", "rspo.gpu_memory.shape", "rspo.gpu_memory.plan"],
+    ),
     (
         "programs (one per command)",
         [
@@ -43,8 +56,9 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.sweep",
             "rspo.mlflow_commands",
             "rspo.archive",
-            "rspo.memory_plan",
-            "rspo.memory_sim",
+            "rspo.gpu_memory.simulate",
+            "rspo.gpu_memory.preflight",
+            "rspo.gpu_memory.cli",
         ],
     ),
     ("the command dispatcher", ["rspo.cli", "rspo.__main__"]),

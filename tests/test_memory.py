@@ -127,7 +127,7 @@ def test_the_row_cache_holds_and_serves_batch_rows():
     full = old_cache(model, ids, attn)
     B, T = full.batch_shape
     rows = torch.tensor([1, 4])
-    rc = RowCache.zeros(rows, B, T, full.num_layers, full.top_k, full.num_experts, keep_logits=True, pin=False)
+    rc = RowCache.zeros(rows, B, T, full.num_layers, full.top_k, full.num_experts, keep_logits=True)
     rc.assign(rows, full[rows])
     assert torch.equal(rc[torch.tensor([4])].logp, full[torch.tensor([4])].logp)
     assert torch.equal(rc[torch.tensor([1]), 2:5].indices, full[torch.tensor([1]), 2:5].indices)

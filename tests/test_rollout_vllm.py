@@ -114,6 +114,71 @@ def test_a_resumed_run_samples_from_the_checkpoint_not_the_base(tmp_path, monkey
     gc.collect()
 
 
+def test_rspo_train_syncs_without_gradients_and_resumes_before_the_engine_starts(tmp_path, monkeypatch):
+    """Through `rspo train` with the vLLM engine: at every weight sync and KV wake no parameter holds a
+    gradient (they are released after the step's last optimizer step), and a resumed run reads its
+    checkpoint before the engine is built (DCP's load allocates the optimizer state through a
+    zero-gradient step: on a GPU that must not meet an awake engine)."""
+    from tiny_moe import train_args
+
+    import rspo.rollout.vllm as V
+    import rspo.train.checkpoint as C
+    from rspo.tokenizer import build_tokenizer as tok_builder
+    from rspo.train import cli
+    from rspo.train.trainer import Trainer
+
+    events = []
+    real_init, real_sync, real_kv, real_load = (
+        V.VLLMBackend.__init__,
+        V.VLLMBackend.sync_weights,
+        V.VLLMBackend.wake_kv,
+        C.load,
+    )
+
+    def grads(model) -> int:
+        return sum(p.grad is not None for p in model.parameters())
+
+    def init(self, model, *args, **kwargs):
+        events.append("engine")
+        real_init(self, model, *args, **kwargs)
+
+    def sync(self, model):
+        events.append(f"sync grads={grads(model)}")
+        real_sync(self, model)
+
+    def wake_kv(self):
+        events.append(f"kv grads={grads(self.model)}")
+        real_kv(self)
+
+    def load(*args, **kwargs):
+        events.append("checkpoint read")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(V.VLLMBackend, "__init__", init)
+    monkeypatch.setattr(V.VLLMBackend, "sync_weights", sync)
+    monkeypatch.setattr(V.VLLMBackend, "wake_kv", wake_kv)
+    monkeypatch.setattr(C, "load", load)
+    assets = make_train_assets(tmp_path / "assets", model=arch_model("qwen3_moe", tok_builder()))
+    sets = ("rollout.backend=vllm", "schedule.total_steps=3", "schedule.ckpt_every=1", "schedule.val_every=0")
+    args = train_args(assets, tmp_path / "run", "configs/smoke.yaml", *sets) + ["--no-mlflow", "--quiet"]
+    real_step = Trainer.train_step
+
+    def dying(self):
+        if self.step == 2:
+            raise KeyboardInterrupt("killed")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(args)
+    assert events == ["engine", "sync grads=0", "kv grads=0", "sync grads=0", "kv grads=0"], events
+    gc.collect()
+    events.clear()
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert cli.main(args) == 0
+    assert events == ["checkpoint read", "engine", "sync grads=0", "kv grads=0"], events
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """One engine on a tiny Qwen2-MoE, and the same model in transformers."""

@@ -135,3 +135,67 @@ def test_smoke_slice_through_the_cluster_profile_into_a_tracking_server(slurm, t
         assert report.data.tags["runs/fig4_plugin"] == ", ".join(runs)
         arts = {a.path for a in client.list_artifacts(report.info.run_id, "figures")}
         assert {"figures/fig4_plugin.png", "figures/fig4_plugin.pdf"} <= arts
+
+
+TIME_LIMITED = """
+rule train:
+    output: "run/final.json"
+    log: "train.log"
+    resources: mem_mb=2000, runtime=1
+    shell:
+        "{PYTHON} -m rspo train {ARGS} --no-mlflow --quiet "
+        '--time-limit-min "${{{{SLURM_JOB_ID:+{{resources.runtime}}}}}}" --stop-margin-min 1 > {{log}} 2>&1'
+"""
+
+
+@pytest.mark.slow
+def test_a_train_job_stops_before_its_time_limit_and_the_resubmitted_jobs_finish_the_run(slurm, tmp_path):
+    """A SLURM job of one minute (runtime=1) whose run needs more: with a margin of the whole minute, each
+    job trains one step, writes a checkpoint and exits 75 before the limit; `--retries` resubmits it,
+    each attempt resumes, and the run ends with the metrics of the same run made in one go."""
+    import json
+
+    from dist_runs import MEASURED
+    from tiny_moe import make_train_assets, train_args
+
+    assets = make_train_assets(tmp_path / "assets")
+    sets = ("schedule.total_steps=3", "schedule.ckpt_every=1", "schedule.val_every=0")
+    ref = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rspo",
+            "train",
+            *train_args(assets, tmp_path / "ref", ROOT / "configs" / "smoke.yaml", *sets),
+            "--no-mlflow",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    work = tmp_path / "wf"
+    work.mkdir()
+    (work / "cluster").symlink_to(ROOT / "cluster")
+    args = " ".join(train_args(assets, work / "run", ROOT / "configs" / "smoke.yaml", *sets))
+    (work / "Snakefile").write_text(TIME_LIMITED.format(PYTHON=sys.executable, ARGS=args))
+    r = _snakemake(work, "--profile", "cluster", "--jobs", "1", "--retries", "5", timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:]
+    jobs = sorted((work / "logs" / "slurm" / "rule_train").glob("*.log"))  # one per SLURM job
+    stopped = [p for p in jobs if "returned non-zero exit status 75" in p.read_text()]
+    assert len(jobs) == 3 and len(stopped) == 2, [p.read_text()[-1500:] for p in jobs]  # 3 steps: 3 jobs
+    rows = [
+        {k: v for k, v in json.loads(x).items() if not k.startswith(MEASURED)}
+        for x in (work / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    want = [
+        {k: v for k, v in json.loads(x).items() if not k.startswith(MEASURED)}
+        for x in (tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows] == [r["step"] for r in want] == [1, 2, 3]
+    for a, b in zip(rows, want):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), (a["step"], k)

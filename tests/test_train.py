@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dist_runs import assert_weights_close
+from dist_runs import MEASURED, assert_weights_close
 from tiny_moe import make_train_assets, train_args
 
 from rspo.config import TrainConfig, train_config_from_dict
@@ -126,7 +126,7 @@ def test_smoke_run_every_algorithm_and_mode(assets, tmp_path, algo):
 
 
 def _strip_perf(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(MEASURED)} for r in rows]
 
 
 def test_resume_after_kill_equals_uninterrupted_run(assets, tmp_path, monkeypatch):
@@ -335,7 +335,7 @@ def test_onpolicy_shortcut_equals_a_separate_old_pass(assets, tmp_path):
         (ma, wa), (mb, wb) = runs
         for ra, rb in zip(ma, mb):
             for k in ra:
-                if not k.startswith("perf/"):
+                if not k.startswith(MEASURED):
                     assert ra[k] == pytest.approx(rb[k], rel=1e-5, abs=1e-7), k
         for k in wa:
             torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)

@@ -319,7 +319,7 @@ def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "memory plan of preset oversized: the update phase of task math needs" in out
-    assert "77.65 GiB are usable on h100-80gb" in out and "skip_memory_check=true" in out
+    assert "79.65 GiB are on h100-80gb" in out and "skip_memory_check=true" in out
     assert "rule train" not in out  # nothing was planned to run
     assert snakemake(ws, "-n", "--config", "preset=oversized", "skip_memory_check=true").returncode == 0
     r = snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu=h200-141gb")

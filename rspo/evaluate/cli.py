@@ -105,8 +105,8 @@ def decoding_of(settings: dict[str, Any], family: str):
 
 def engine_options(settings: dict[str, Any]) -> dict[str, Any]:
     """A vLLM evaluation engine has its GPUs to itself: vLLM's default share of their memory (the
-    share rspo.memory_plan plans), over every GPU of the job."""
-    from rspo.memory_plan import EVAL_UTILIZATION
+    share rspo.gpu_memory.plan plans), over every GPU of the job."""
+    from rspo.gpu_memory.plan import EVAL_UTILIZATION
 
     return {
         "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),

@@ -73,6 +73,9 @@ class RolloutBackend(Protocol):
     def release(self) -> None:
         """Free what the engine holds while training runs (vLLM's sleep mode on GPUs; else nothing)."""
 
+    def wake_kv(self) -> None:
+        """After a sync: map the KV cache back (the second stage of a wake; else nothing)."""
+
 
 def check_sampling(top_p: float, top_k: int) -> None:
     if not 0 < top_p <= 1:

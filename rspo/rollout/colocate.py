@@ -15,12 +15,27 @@ up to the float rounding of the tensor-parallel reductions at an exact near-tie.
 unchanged: every rank streams the full (gathered) tensors layer by layer and each engine's loader
 keeps its shard.
 
-Sleep (``rollout.vllm_sleep``, GPUs only): vLLM's sleep mode at level 2 frees the engine's weights
-and KV cache while the old pass and the updates run (every step reloads the weights anyway), and
-``wake`` re-allocates both before the next weight sync. The engine must be built with
-``enable_sleep_mode=True`` (vLLM's CUDA memory pool). vLLM's CPU build refuses sleep mode
-("not supported on current platform"), so on a CPU these are no-ops with one log line; the GPU
-path (``_sleep`` / ``_wake``) is the part of this module no test here runs.
+Residency (``rollout.vllm_sleep``, GPUs): what the engine holds at each moment of a training step,
+in the order the trainer runs them (the memory plan, rspo.gpu_memory.plan, has the same phases):
+
+1. rollout: weights and KV cache awake;
+2. release (``EngineSleep.release``): vLLM's sleep mode at level 2 discards both (every step
+   reloads the weights anyway) while the old pass, the updates and the optimizer steps run. The
+   trainer releases the gradients (``set_to_none``) after the step's last optimizer step, before
+   anything of the engine wakes (rspo.train.trainer);
+3. sync (``wake_weights``, then the reload): ``wake_up(tags=["weights"])`` maps the weights'
+   memory back alone, and the training model streams its layers into it, one gathered layer at a
+   time;
+4. KV wake (``wake_kv``): ``wake_up(tags=["kv_cache"])`` maps the KV cache back once the weights
+   are in (verl and TRL's colocate mode wake in the same two stages); the next rollout follows.
+
+A wake with no tags would map weights and KV cache at once while the sync still holds a gathered
+layer. The engine must be built with ``enable_sleep_mode=True`` (vLLM's CUDA memory pool); vLLM
+keeps its CUDA graphs through sleep unless ``sleep_mode_offload_cudagraph`` (set with sleep:
+rspo.rollout.vllm.engine_kwargs). vLLM's CPU build refuses sleep mode ("not supported on current
+platform"), so there these calls are no-ops with one log line; the stand-in engine
+(rspo.rollout.standin) answers the same ``sleep`` / ``wake_up(tags)`` calls with real or fake
+allocations, so the order is exercised (and its memory measured) on any machine.
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from rspo.rollout.base import RolloutBatch
 log = logging.getLogger(__name__)
 
 SLEEP_LEVEL = 2  # discard weights and KV cache (level 1 would keep the weights in host memory)
+WAKE_TAGS = ("weights", "kv_cache")  # vLLM's tags of wake_up, in the order a sync wakes them
 
 
 def check_tensor_parallel(tp: int, dist: Dist, backend: str) -> None:
@@ -66,31 +82,37 @@ def generate_share(backend, prompts: list[str], n: int, dist: Dist, tp: int, *, 
 
 
 class EngineSleep:
-    """Puts a vLLM engine to sleep between its rollouts and the next weight sync (GPU only)."""
+    """Puts an engine to sleep between its rollouts and the next weight sync, and wakes it in two
+    stages (see the module docstring). ``engine``: a ``vllm.LLM`` or a stand-in with the same
+    ``sleep(level)`` and ``wake_up(tags)``."""
 
     def __init__(self, engine, enabled: bool, on_cpu: bool) -> None:
         self.engine = engine
         self.enabled = enabled and not on_cpu
-        self.asleep = False
+        self.asleep: set[str] = set()  # of WAKE_TAGS
         if enabled and on_cpu:
             log.warning("rollout.vllm_sleep: vLLM's CPU build has no sleep mode; the engine stays awake")
 
     def release(self) -> None:
         """Free the engine's weights and KV cache (after a rollout, before the old pass)."""
         if self.enabled and not self.asleep:
-            _sleep(self.engine)
-            self.asleep = True
+            self.engine.sleep(level=SLEEP_LEVEL)
+            self.asleep = set(WAKE_TAGS)
+
+    def wake_weights(self) -> None:
+        """Map the weights' memory back (before the sync reloads them), the KV cache still asleep."""
+        self._wake("weights")
+
+    def wake_kv(self) -> None:
+        """Map the KV cache back (after the sync; before the next rollout)."""
+        self._wake("kv_cache")
 
     def wake(self) -> None:
-        """Re-allocate them (before the weight sync fills the weights again)."""
-        if self.asleep:
-            _wake(self.engine)
-            self.asleep = False
+        """Everything, in the two stages (before a generation that did not follow a sync)."""
+        self.wake_weights()
+        self.wake_kv()
 
-
-def _sleep(engine) -> None:
-    engine.sleep(level=SLEEP_LEVEL)
-
-
-def _wake(engine) -> None:
-    engine.wake_up()
+    def _wake(self, tag: str) -> None:
+        if tag in self.asleep:
+            self.engine.wake_up(tags=[tag])
+            self.asleep.discard(tag)

@@ -79,6 +79,9 @@ class HFBackend:
     def release(self) -> None:
         """Nothing to free: the backend samples from the training model itself."""
 
+    def wake_kv(self) -> None:
+        """Nothing to wake: the KV cache of a rollout lives only while it decodes."""
+
     @torch.no_grad()
     def generate(
         self,

@@ -47,8 +47,9 @@ N ranks of a group share one engine, each holding a 1/N shard of every layer, an
 group's prompts together (rspo.rollout.colocate). ``sync_weights`` all-gathers each FSDP2 shard
 (a collective: every rank calls it), one decoder layer at a time, and hands the tensors to the
 engine as a generator (no rank holds more than a layer's gathered tensors; measured), where each
-engine's loader keeps its shard. Before that it wakes an engine put to sleep after the rollout
-(``release``; GPU sleep mode, rollout.vllm_sleep). An evaluation engine over several GPUs in one
+engine's loader keeps its shard. Before that it wakes the weights of an engine put to sleep after the
+rollout (``release``; GPU sleep mode, rollout.vllm_sleep); ``wake_kv`` then wakes its KV cache
+(the two stages of rspo.rollout.colocate). An evaluation engine over several GPUs in one
 process reads the checkpoint files itself (vLLM's own worker processes).
 
 Seeds: one SamplingParams per prompt, seeded by the global row of the prompt's first response
@@ -138,6 +139,7 @@ def engine_kwargs(
     kv_cache_gib: float | None,
     tensor_parallel_size: int = 1,
     sleep: bool = False,
+    enforce_eager: bool = False,
     load_format: str = "dummy",
 ) -> dict:
     """``vllm.LLM`` arguments for a colocated engine: CPU vs GPU, one process vs torchrun (one
@@ -162,8 +164,11 @@ def engine_kwargs(
         kw.update(gpu_memory_utilization=gpu_memory_utilization)
         if kv_cache_gib:
             kw.update(kv_cache_memory_bytes=int(kv_cache_gib * 2**30))
-        if sleep:  # vLLM's CUDA memory pool, so the engine can free weights and KV cache (colocate.py)
-            kw.update(enable_sleep_mode=True)
+        if sleep:  # vLLM's CUDA memory pool, so the engine can free weights and KV cache (colocate.py);
+            # its CUDA graphs move to host memory while it sleeps (vLLM keeps them on the GPU otherwise)
+            kw.update(enable_sleep_mode=True, sleep_mode_offload_cudagraph=not enforce_eager)
+        if enforce_eager:  # no CUDA graphs: slower decoding, no graph pool (rollout.vllm_enforce_eager)
+            kw.update(enforce_eager=True)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # torchrun: engines inside the training process group (vLLM's external launcher): one per
         # rank, or one per group of tensor_parallel_size ranks (rspo.rollout.colocate).
@@ -269,6 +274,7 @@ class VLLMBackend:
         kv_cache_gib: float | None = None,
         tensor_parallel_size: int = 1,
         sleep: bool = False,
+        enforce_eager: bool = False,
         engine=None,
         sampling_params_cls=None,
         on_cpu: bool | None = None,
@@ -301,6 +307,7 @@ class VLLMBackend:
                     kv_cache_gib=kv_cache_gib,
                     tensor_parallel_size=tensor_parallel_size,
                     sleep=sleep,
+                    enforce_eager=enforce_eager,
                     load_format="auto" if own_workers else "dummy",
                 )
             )
@@ -321,8 +328,13 @@ class VLLMBackend:
 
     def release(self) -> None:
         """After a rollout: free the engine's weights and KV cache while training runs (GPU sleep
-        mode, rollout.vllm_sleep; rspo.rollout.colocate). The next ``sync_weights`` wakes it."""
+        mode, rollout.vllm_sleep; rspo.rollout.colocate). ``sync_weights`` wakes the weights,
+        ``wake_kv`` the KV cache."""
         self.sleeper.release()
+
+    def wake_kv(self) -> None:
+        """After a sync: the KV cache back (the second stage of the wake; rspo.rollout.colocate)."""
+        self.sleeper.wake_kv()
 
     def _reload(self, weights) -> None:
         # zero-size tensors (e.g. the empty shared expert of a Qwen2-MoE without one, which
@@ -344,7 +356,7 @@ class VLLMBackend:
 
         t0 = time.perf_counter()
         self.model = model
-        self.sleeper.wake()  # a released engine gets its memory back before the weights arrive
+        self.sleeper.wake_weights()  # the weights' memory back first, the KV cache stays asleep
         self._reload(checkpoint_weights(model, self.dtype))  # fp32 master weights cast per shard, then gathered
         self.last_sync_s = time.perf_counter() - t0
 
@@ -367,6 +379,7 @@ class VLLMBackend:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         check_sampling(top_p, top_k)
+        self.sleeper.wake()  # awake already after a sync and wake_kv (no-op); a released engine wakes
         params = [
             self.sampling_params_cls(
                 n=n,

@@ -13,6 +13,13 @@ model is sharded with FSDP2, ``--threads`` is the job's total and is split over 
 and rank 0 writes the run folder and the MLflow run. An error on one rank stops every rank within
 seconds; the log names the failing rank, the step and the error (rspo.distributed.fail_together).
 
+Jobs longer than a cluster allows: with ``--time-limit-min`` (the train rule passes its SLURM
+runtime) the run stops before the limit, writes a checkpoint and exits with code 75; the rule's
+retries resubmit it and it resumes (rspo.train.time_limit). SIGUSR1 asks for the same stop.
+On GPUs the process sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (rollout and training
+alternate on one GPU; vLLM turns it off around its own pool) and ``NCCL_NVLS_ENABLE=0`` (NVLink
+SHARP buffers cost GPU memory per communicator) unless they are set already.
+
 Progress (rank 0; off with ``--quiet``): a bar on a terminal, else one line per step in the log,
 ``[train <run>] step 12/80 (15%) elapsed 0:00:14 eta 0:01:19 s/step 1.12 reward 0.531 val - ...``
 (rspo.progress). The MLflow run records the training and validation files as dataset inputs.
@@ -24,6 +31,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+
+def _minutes(text: str) -> float:
+    """A time limit in minutes; empty is none (the train rule passes its runtime only under SLURM)."""
+    return float(text) if text.strip() else 0.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,13 +62,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="torch threads of the job, split over torchrun processes (sets model.threads)",
     )
+    ap.add_argument(
+        "--time-limit-min",
+        type=_minutes,
+        default=0.0,
+        help="the job's wall-clock limit: stop (checkpoint, exit 75) before it, to be resubmitted (0/empty: none)",
+    )
+    ap.add_argument(
+        "--stop-margin-min", type=float, default=5.0, help="with --time-limit-min: minutes kept free at the end"
+    )
     ap.add_argument("--no-mlflow", action="store_true", help="write metrics.jsonl only")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     return ap
 
 
+GPU_ENVIRONMENT = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0"}
+
+
+def gpu_environment(env=None) -> dict[str, str]:
+    """Set the GPU jobs' allocator and NCCL settings where they are not set (before CUDA starts);
+    -> what was set."""
+    import os
+
+    env = os.environ if env is None else env
+    added = {k: v for k, v in GPU_ENVIRONMENT.items() if k not in env}
+    env.update(added)
+    return added
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    gpu_environment()  # harmless on a CPU: nothing reads them there
     from rspo.config import ConfigError, load_preset
     from rspo.plan import load_train_config
     from rspo.tracking import Tracker, default_tracking_uri
@@ -84,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as e:
         print(f"rspo train: {e}", file=sys.stderr)
         return 2
+    import signal
+
+    from rspo.train.time_limit import EXIT_TIME_LIMIT, TimeLimit
     from rspo.train.trainer import Trainer
 
     factory = None
@@ -112,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
             print(f"rspo train: {e}", file=sys.stderr)
             return 2
+        # stop cleanly before the job's limit, or when SLURM's --signal=USR1@... arrives (rspo.train.time_limit)
+        trainer.time_limit = TimeLimit(trainer.dist, args.time_limit_min * 60, args.stop_margin_min * 60)
+        trainer.time_limit.watch(signal.SIGUSR1)
         final = trainer.run()
     if trainer.dist.is_main:
-        print(json.dumps({k: final[k] for k in ("run_name", "steps", "collapsed")}))
+        print(json.dumps({k: final[k] for k in ("run_name", "steps", "collapsed", "stopped") if k in final}))
     if trainer.dist.enabled:
         import torch.distributed as tdist
 
         tdist.destroy_process_group()
-    return 0
+    return EXIT_TIME_LIMIT if final.get("stopped") else 0

@@ -19,7 +19,7 @@ How:
 - Loading under torchrun (``load_and_shard``): every rank reads the checkpoint in its own dtype
   on the CPU (bf16 for the paper's model: 57 GiB per rank on the host), then each decoder layer is
   upcast to fp32 and sharded in turn, so no rank ever holds a whole fp32 copy; the plan
-  (rspo.memory_plan) counts this host memory.
+  (rspo.gpu_memory.plan) counts this host memory.
 - The vLLM engine receives the weights in the compute dtype (``checkpoint_weights(dtype=...)``:
   each shard cast before the gather), and ``final/`` is written in it.
 
@@ -102,12 +102,18 @@ def load_and_shard(
     *,
     cpu_offload: bool = False,
     prepare: Callable[[torch.nn.Module], None] | None = None,
+    random_weights: bool = False,
 ):
     """The training model with fp32 master weights: in one process loaded in fp32 on ``device``;
     under torchrun read in the checkpoint's dtype on the CPU, then upcast and sharded layer by layer
-    (rspo.distributed.shard_model). ``prepare(model)`` runs before sharding (checkpointing flags)."""
+    (rspo.distributed.shard_model). ``prepare(model)`` runs before sharding (checkpointing flags).
+    ``random_weights``: built from the folder's config.json with random weights instead of read
+    (rspo preflight and the memory simulation: the shapes without a download)."""
     from rspo.distributed import shard_model
     from rspo.models import load_model
+
+    if random_weights:
+        load_model = _random_model
 
     if cpu_offload and not (dist.enabled and device.type == "cuda"):
         raise ValueError(
@@ -127,3 +133,14 @@ def load_and_shard(
         model, dist, device, master_dtype=MASTER_DTYPE, mp_policy=precision.fsdp_policy(), cpu_offload=cpu_offload
     )
     return model
+
+
+def _random_model(path: str, dtype: str = "float32", device: str = "cpu"):
+    """A model of the folder's config.json with random weights (``dtype`` "auto": the config's)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    if dtype == "auto":
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype.replace("torch.", "")))

@@ -11,8 +11,8 @@ share of each held-out set (the last padded with repeats of the first record, wh
 dropped), so the ranks decode the same number of batches.
 
 The hf backend decodes with the training model itself, so its forwards run in the compute dtype
-(rspo.train.precision); a vLLM engine has its own dtype. After a rollout the backend is told to
-release what it holds (vLLM's sleep mode on GPUs) until the next weight sync.
+(rspo.train.precision); a vLLM engine has its own dtype. After a rollout the trainer tells the
+backend to release what it holds (vLLM's sleep mode on GPUs) until the next weight sync.
 """
 
 from __future__ import annotations
@@ -113,7 +113,6 @@ class Rollouts:
             else:
                 prompts = [self.task.prompt(r) for r in records[lo:hi]]
                 local = self.backend.generate(prompts, G, row_offset=lo * G, **sampling)
-        self.backend.release()  # vLLM sleep mode on GPUs: the engine's memory is free until the next sync
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)

@@ -59,6 +59,7 @@ Implementation choices that change no result (up to float rounding):
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import defaultdict
@@ -74,6 +75,7 @@ from rspo.distributed import (
     init_distributed,
     rank_device,
 )
+from rspo.gpu_memory.phases import PhaseMemory, measure_for
 from rspo.losses import (
     NonFiniteLogProbError,
     compute_policy_loss,
@@ -89,7 +91,6 @@ from rspo.models import (
     response_slice,
     set_threads,
 )
-from rspo.progress import Progress, train_progress_metrics
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.colocate import check_tensor_parallel
 from rspo.router import (
@@ -105,6 +106,7 @@ from rspo.train.collapse import CollapseDetector
 from rspo.train.forward import policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
 from rspo.train.memory import (
+    HostBuffers,
     RowCache,
     enable_activation_checkpointing,
     merge_micro_metrics,
@@ -115,8 +117,11 @@ from rspo.train.optim import build_optimizer
 from rspo.train.precision import Precision, load_and_shard
 from rspo.train.rollouts import Rollouts
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
+from rspo.train.time_limit import TimeLimit
 
 __all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
+
+log = logging.getLogger(__name__)
 
 
 def _stochastic(model: torch.nn.Module) -> bool:
@@ -143,19 +148,29 @@ class Trainer:
         tracker_factory=None,
         task: Task | None = None,
         quiet: bool = False,
+        dist: Dist | None = None,
+        random_weights: bool = False,
+        backend_factory=None,
+        memory: PhaseMemory | None = None,
     ) -> None:
+        """``dist``, ``random_weights``, ``backend_factory`` and ``memory`` are for measuring and
+        simulating the step (rspo.gpu_memory.preflight, .simulate): a given process group view, the
+        model built from its config.json with random weights instead of read, another rollout
+        backend (``backend_factory(trainer)``), another way to measure each phase's memory."""
         self.cfg = cfg
         self.quiet = quiet  # no progress lines (rspo.progress) when True
         self.folder = RunFolder(out_dir, cfg.fingerprint())
         self.out = self.folder.out
         set_threads(cfg.model.threads)
-        self.dist: Dist = init_distributed(resolve_device(cfg.model.device), cfg.model.collective_timeout_min)
+        device = resolve_device(cfg.model.device)
+        self.dist: Dist = dist or init_distributed(device, cfg.model.collective_timeout_min, cfg.model.cpu_offload)
         if self.dist.enabled:
             check_world_size(cfg, self.dist.world_size)
         self.reward_workers = self.dist.node_share(cfg.data.reward_workers)  # a per-node budget
         self.tp = cfg.rollout.tensor_parallel_size  # ranks sharing one engine (rspo.rollout.colocate)
         check_tensor_parallel(self.tp, self.dist, cfg.rollout.backend)
-        self.device = rank_device(resolve_device(cfg.model.device), self.dist)
+        self.device = rank_device(device, self.dist)
+        self.memory = memory or measure_for(self.device)
         meta = read_meta(cfg.model.path) if Path(cfg.model.path).is_dir() else {}
         self.tokenizer = load_tokenizer_checked(cfg.model.path, meta.get("tokenizer_fingerprint"))
         self.task: Task = task or task_for(cfg.data, self.tokenizer)  # math/code: the prompt format
@@ -171,6 +186,7 @@ class Trainer:
             self.device,
             cpu_offload=cfg.model.cpu_offload,
             prepare=self._prepare_model,
+            random_weights=random_weights,
         )
         self.spec = router_spec(self.model)
         self.routing = RoutingMode(cfg.algorithm.routing)
@@ -191,21 +207,7 @@ class Trainer:
         )
         self.model.eval()
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=self.dist.enabled)
-        # under FSDP every decoding forward is a collective: ranks stop together
-        all_done = (lambda local: not self.dist.any(not local)) if self.dist.enabled else None
-        self.backend = make_backend(
-            cfg.rollout.backend,
-            self.model,
-            self.tokenizer,
-            model_path=cfg.model.path,
-            gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
-            tensor_parallel_size=self.tp,
-            sleep=cfg.rollout.vllm_sleep,
-            dtype=cfg.model.dtype,
-            seed=cfg.seed,
-            all_done=all_done,
-        )
-        self.rollouts.backend, self.rollouts.precision = self.backend, self.precision
+        self.memory.start(self.model, self.optimizer)
         self.collapse = CollapseDetector(
             cfg.tracking.collapse_window, cfg.tracking.collapse_drop, cfg.tracking.collapse_kl_spike
         )
@@ -215,8 +217,37 @@ class Trainer:
         self._tracker_factory = tracker_factory
         self.metrics_path = self.folder.metrics_path
         self._row_tokens = torch.zeros(0, dtype=torch.long)  # tokens of each row of the step's batch
+        self._host_buffers = HostBuffers(pin=self.device.type == "cuda")  # the router cache's, pinned once
         self._last_logged: dict[str, float] = {}
         self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
+        self.time_limit = TimeLimit(self.dist)  # none unless rspo train gives one (rspo.train.time_limit)
+        # A resumed run loads its checkpoint before the engine exists: DCP's load allocates the
+        # optimizer state through a zero-gradient step (parameters, gradients and Adam's moments at
+        # once), which must not meet an awake engine (rspo.gpu_memory.plan, phase resume).
+        self._run_id = self._restore()
+        with self.memory.phase("engine_start"):
+            self.backend = backend_factory(self) if backend_factory else self._make_backend()
+        self.rollouts.backend, self.rollouts.precision = self.backend, self.precision
+
+    def _make_backend(self):
+        """The preset's rollout backend, built from the training model's current weights (a resumed
+        run's: the checkpoint is loaded first)."""
+        cfg = self.cfg
+        # under FSDP every decoding forward is a collective: ranks stop together
+        all_done = (lambda local: not self.dist.any(not local)) if self.dist.enabled else None
+        return make_backend(
+            cfg.rollout.backend,
+            self.model,
+            self.tokenizer,
+            model_path=cfg.model.path,
+            gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+            tensor_parallel_size=self.tp,
+            sleep=cfg.rollout.vllm_sleep,
+            enforce_eager=cfg.rollout.vllm_enforce_eager,
+            dtype=cfg.model.dtype,
+            seed=cfg.seed,
+            all_done=all_done,
+        )
 
     def _prepare_model(self, model: torch.nn.Module) -> None:
         """Before sharding: activation checkpointing (rspo.train.memory), no KV cache in training forwards."""
@@ -226,28 +257,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ run folder and resume
 
-    def _run_info(self) -> dict[str, Any]:
-        a = self.cfg.algorithm
-        return {
-            "run_name": self.cfg.run_name,
-            "preset": self.cfg.preset,
-            "task": self.cfg.data.task,
-            "algo": a.algo,
-            "router_shift": a.router_shift,
-            "gamma_min": a.gamma_min,
-            "stop_gradient": a.stop_gradient,
-            "routing": a.routing,
-            "seed": self.cfg.seed,
-            "fingerprint": self.cfg.fingerprint(),
-        }
-
-    def _prepare_folder(self) -> str | None:
+    def _restore(self) -> str | None:
         """Check the folder belongs to this config; restore the last checkpoint. -> MLflow run id."""
         self.folder.check_owner()
         ckpt = self.folder.latest_checkpoint()
         run_id = None
         if ckpt is not None:
-            run_id = self._load_checkpoint(ckpt)
+            with self.memory.phase("resume"):
+                run_id = self._load_checkpoint(ckpt)
         elif self.dist.is_main:
             self.folder.reset_metrics()
         self.dist.barrier()  # no rank reads the folder while rank 0 rewrites it
@@ -266,7 +283,10 @@ class Trainer:
             "nonfinite_in_row": self.nonfinite_in_row,
             "mlflow_run_id": self.tracker.run_id if self.tracker else None,
         }
-        checkpoint.save(self.folder.step_dir(self.step), self.model, self.optimizer, state, self.dist)
+        t0 = time.perf_counter()
+        with self.memory.phase("checkpoint_save"):
+            checkpoint.save(self.folder.step_dir(self.step), self.model, self.optimizer, state, self.dist)
+        self.time_limit.record_save(time.perf_counter() - t0)
         if self.dist.is_main:  # the older ones only once the new one is complete
             self.folder.prune_checkpoints(self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
@@ -282,21 +302,8 @@ class Trainer:
         self.step = int(state["step"])
         if self.dist.is_main:  # metric lines written after this checkpoint belong to work that is redone now
             self.folder.truncate_metrics(self.step)
-        # the rollout engine samples from the restored weights, not from the base it was built on
-        self.backend.sync_weights(self.model)
+        self.optimizer.zero_grad(set_to_none=True)  # nothing of the load's zero-gradient step stays
         return state.get("mlflow_run_id")
-
-    # ------------------------------------------------------------------ logging
-
-    def _log(self, metrics: dict[str, float], step: int) -> None:
-        """Every rank holds the same (reduced) metrics; rank 0 writes them."""
-        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        self._last_logged.update(row)
-        if not self.dist.is_main:
-            return
-        self.folder.append_metrics(row)
-        if self.tracker is not None:
-            self.tracker.log_metrics(metrics, step)
 
     # ------------------------------------------------------------------ one step
 
@@ -368,7 +375,8 @@ class Trainer:
             self.spec.top_k,
             self.spec.num_experts,
             keep_logits=self.routing is RoutingMode.LOGIT_REPLAY,
-            pin=self.device.type == "cuda",
+            buffers=self._host_buffers,
+            max_width=self.cfg.data.max_prompt_tokens + self.cfg.rollout.max_new_tokens,
         )
 
     @torch.no_grad()
@@ -519,15 +527,19 @@ class Trainer:
         n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
         metrics: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # (value, responses, tokens) per micro
         try:
-            for rows in self._micro_batches(mb):
-                if rows is None:  # another rank has more micro-batches: a forward and backward that add nothing
-                    self._update_micro(batch, self._local_rows(mb)[:1], old_logp, adv, cache, n_valid_mb, empty=True)
-                    continue
-                w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
-                for k, v in self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record).items():
-                    metrics[k].append((v, *w))
-            params = [p for p in self.model.parameters() if p.grad is not None and p.numel()]
-            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
+            with self.memory.phase("update"):
+                for rows in self._micro_batches(mb):
+                    if rows is None:  # another rank has more micro-batches: a forward and backward adding nothing
+                        self._update_micro(
+                            batch, self._local_rows(mb)[:1], old_logp, adv, cache, n_valid_mb, empty=True
+                        )
+                        continue
+                    w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
+                    for k, v in self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record).items():
+                        metrics[k].append((v, *w))
+            with self.memory.phase("optimizer_step"):
+                params = [p for p in self.model.parameters() if p.grad is not None and p.numel()]
+                grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
             if not torch.isfinite(grad_norm):
                 raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
         except NonFiniteLogProbError as e:
@@ -540,7 +552,8 @@ class Trainer:
                 ) from e
             return None
         self.nonfinite_in_row = 0
-        self.optimizer.step()
+        with self.memory.phase("optimizer_step"):
+            self.optimizer.step()
         self.scheduler.step()
         if self.dist.enabled:  # the micro-batch values of every rank, in rank order
             merged: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
@@ -573,26 +586,37 @@ class Trainer:
                     sums[k].append(v)
                 if epoch == 0 and j == 0:
                     first_mb = means
+        # the gradients go before anything of the engine wakes (rspo.rollout.colocate): at the paper's
+        # sizes they are 4 bytes per parameter / ranks, as much as the fp32 weights themselves
+        self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
 
     def train_step(self) -> dict[str, float]:
-        """One rollout step: rollout and rewards, advantages, old pass, updates, engine sync."""
-        cfg, step = self.cfg, self.step
+        """One rollout step, its phases in order (rspo.gpu_memory.phases): rollout and rewards (then the
+        engine's release), advantages and the old pass, the updates with their optimizer steps, the engine's
+        weights synced, its KV cache woken."""
+        cfg, step, mem = self.cfg, self.step, self.memory
         G = cfg.rollout.group_size
         t0 = time.perf_counter()
-        batch, rewards, t_gen = self.rollouts.rollout(step, self.device)
+        with mem.phase("rollout"):
+            batch, rewards, t_gen = self.rollouts.rollout(step, self.device)
+        self.backend.release()  # vLLM sleep mode on GPUs: the engine's memory is free until the sync
         adv = group_advantages(rewards, G).to(self.device)
         t2 = time.perf_counter()
         n_prompts = cfg.schedule.prompts_per_step
         mbs0 = self._mini_batches(step, 0, G, n_prompts)
         # the on-policy first mini-batch records its own old values in its update (see _update_micro)
         self._row_tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
-        old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0, mbs0)
+        with mem.phase("old_pass"):
+            old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0, mbs0)
         t3 = time.perf_counter()
         metrics, first_mb, skipped = self._updates(batch, adv, old_logp, entropy, cache, mbs0, n_prompts)
         t4 = time.perf_counter()
-        self.backend.sync_weights(self.model)
+        with mem.phase("sync"):  # the engine's weights wake, the training model streams into them
+            self.backend.sync_weights(self.model)
+        with mem.phase("kv_wake"):
+            self.backend.wake_kv()
         t5 = time.perf_counter()
         self.last_batch = batch
         mask = batch.response_mask
@@ -628,7 +652,25 @@ class Trainer:
         if first_mb:
             metrics["router/onpolicy_shift_ratio_mean"] = first_mb.get("router/shift_ratio_mean", float("nan"))
             metrics["actor/onpolicy_ppo_kl"] = first_mb.get("actor/ppo_kl", float("nan"))
+        first = mem.first is None
+        metrics.update(mem.step_metrics())
+        if first and mem.first:
+            self._report_memory()
         return metrics
+
+    def _report_memory(self) -> None:
+        """The first step's memory per phase, beside the plan's totals on a GPU (rank 0 prints; a
+        warning names each phase measured over its plan by more than 5%)."""
+        planned = None
+        if self.device.type == "cuda":
+            from rspo.gpu_memory.plan import planned_phases
+
+            planned = planned_phases(self.cfg, self.dist, torch.cuda.get_device_properties(self.device).total_memory)
+        if self.dist.is_main and not self.quiet:
+            print(f"[train {self.cfg.run_name}] memory of the first step per phase (GiB):", flush=True)
+            print(self.memory.table(self.memory.first, planned), flush=True)
+        for line in self.memory.over_plan(self.memory.first, planned or {}):
+            log.warning("[train %s] memory over plan: %s", self.cfg.run_name, line)
 
     # ------------------------------------------------------------------ validation
 
@@ -646,84 +688,7 @@ class Trainer:
         )
 
     def run(self) -> dict[str, Any]:
-        cfg = self.cfg
-        main = self.dist.is_main
-        run_id = self._prepare_folder()
-        info = self._run_info()
-        if self._tracker_factory is not None and main:
-            self.tracker = self._tracker_factory(
-                run_id=run_id,
-                run_name=cfg.run_name,
-                params=cfg.flat_params(),
-                tags={
-                    **{k: str(v) for k, v in info.items() if k != "fingerprint"},
-                    "rspo.fingerprint": info["fingerprint"],
-                },
-            )
-        info["mlflow_run_id"] = self.tracker.run_id if self.tracker else None
-        if self.dist.enabled:
-            info["world_size"] = self.dist.world_size
-        if main:
-            self.folder.write_identity({**info, "collapsed": self.collapse.fired}, cfg.to_dict())
-        if self.tracker:
-            self.tracker.log_artifact(self.out / "config.json")
-        sc = cfg.schedule
-        # rank 0 shows a bar on a terminal, one line per step in a log (rspo.progress)
-        progress = Progress(
-            f"train {cfg.run_name}", sc.total_steps, initial=self.step, quiet=self.quiet, enabled=main, every=1
-        )
-        val_names = list(self.rollouts.val_records)
-        try:
-            if self.step == 0 and sc.val_every and self.rollouts.val_records:
-                val0 = self.validate()
-                self._log(val0, 0)
-                progress.update(0, train_progress_metrics(val0, val_names), force=True)
-            while self.step < sc.total_steps:
-                metrics = self.train_step()
-                self.step += 1
-                fired = self.collapse.update(self.step, metrics)
-                metrics["train/collapse"] = float(self.collapse.fired)
-                if fired:
-                    progress.write(f"[train {cfg.run_name}] collapse detected at step {self.collapse.step}")
-                    if self.tracker:
-                        self.tracker.set_tag("collapse", "true")
-                        self.tracker.set_tag("collapse_step", self.collapse.step)
-                if (
-                    self.rollouts.val_records
-                    and sc.val_every
-                    and (self.step % sc.val_every == 0 or self.step == sc.total_steps)
-                ):
-                    metrics.update(self.validate())
-                self._log(metrics, self.step)
-                progress.update(
-                    self.step,
-                    train_progress_metrics(metrics, val_names),
-                    force=any(k.startswith("val/") for k in metrics),
-                )
-                if sc.ckpt_every and (self.step % sc.ckpt_every == 0) and self.step < sc.total_steps:
-                    self._save_checkpoint()
-            self._save_final({**read_meta(cfg.model.path), "run": info})
-        except BaseException as e:
-            progress.close()
-            if self.tracker:
-                self.tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
-            raise
-        progress.close()
-        # the whole file: a resumed run's earlier steps are in it, not in memory
-        last = self.folder.last_metrics() if main else dict(self._last_logged)
-        final = {
-            **info,
-            "collapsed": self.collapse.fired,
-            "collapse_step": self.collapse.step,
-            "steps": self.step,
-            "final_metrics": last,
-        }
-        if main:
-            self.folder.write_identity({**info, "collapsed": self.collapse.fired})
-            path = self.folder.write_final(final)
-            if self.tracker:
-                self.tracker.log_artifact(path)
-        if self.tracker:
-            self.tracker.end("FINISHED")
-        self.dist.barrier()  # final.json exists before any rank returns
-        return final
+        """The whole run: steps, validation, logging, checkpoints, the final checkpoint (rspo.train.run_loop)."""
+        from rspo.train.run_loop import run
+
+        return run(self)

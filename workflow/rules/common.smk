@@ -112,6 +112,12 @@ def train_launcher():
     return f"python -m torch.distributed.run --standalone --nproc-per-node {n}"
 
 
+def stop_margin():
+    """Minutes a train job keeps free before its time limit under SLURM, beyond its longest step and
+    save (rspo.train.time_limit; `--config stop_margin_min=...`, default 10)."""
+    return float(config.get("stop_margin_min", 10))
+
+
 def bench_threads():
     """Scheduling threads of the benchmark: every local core, so that it runs alone (two torch
     jobs on a small machine slow each other down ~50x); on a cluster its own job's threads."""
@@ -155,9 +161,9 @@ def base_marker(task):
 def _check_memory():
     """A preset that trains on GPUs is planned against the GPU it will get (`--config gpu=NAME`,
     default h100-80gb) before any job is submitted: a plan that does not fit stops here, naming the
-    phase, the numbers and the settings to change (rspo/memory_plan.py). `--config
+    phase, the numbers and the settings to change (rspo/gpu_memory/plan.py). `--config
     skip_memory_check=true` runs it anyway."""
-    from rspo.memory_plan import GPUS, advice, plan_preset, summary
+    from rspo.gpu_memory.plan import GPUS, advice, plan_preset, summary
 
     rl_devices = [((PLAN.preset.get("rl") or {}).get("model") or {}).get("device")]
     rl_devices += [((t or {}).get("model") or {}).get("device") for t in (PLAN.preset.get("tasks") or {}).values()]

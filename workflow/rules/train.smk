@@ -4,6 +4,9 @@
 # metrics.jsonl, run.json and the checkpoints stay in place if a job dies, so a rerun resumes.
 # With resources.train.processes > 1 the job runs under torchrun (data parallel, FSDP2): one
 # process per GPU on a GPU node, gloo processes on CPU; --threads is split over the processes.
+# Under SLURM a run longer than one job may take stops before the job's limit (resources.runtime):
+# it writes a checkpoint and exits 75, and the cluster profile's retries resubmit it, resuming
+# (rspo.train.time_limit). Elsewhere --time-limit-min is empty: no limit.
 
 
 rule train:
@@ -31,6 +34,8 @@ rule train:
         vals=lambda wildcards: train_params(wildcards)["vals"],
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=train_launcher(),
+        margin=stop_margin(),
     shell:
         "{params.launcher} -m rspo train --preset {params.preset} --run {wildcards.run} --base-model {params.base} "
-        "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} > {log} 2>&1"
+        "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} "
+        '--time-limit-min "${{SLURM_JOB_ID:+{resources.runtime}}}" --stop-margin-min {params.margin} > {log} 2>&1'

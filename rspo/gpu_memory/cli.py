@@ -1,0 +1,102 @@
+"""`python -m rspo plan-memory`: what one GPU (and one node's host memory) holds in each phase of a
+preset's training step, term by term with its formula, checked against a GPU's memory before any
+GPU hour is spent (rspo.gpu_memory.plan).
+
+    python -m rspo plan-memory --preset configs/paper_large_math.yaml --gpu h100-80gb
+    python -m rspo plan-memory --preset configs/paper_small.yaml --gpu-gib 40
+    python -m rspo plan-memory --preset configs/paper_large_math.yaml --simulate [--layers 4]
+
+It prints, per task of the preset and per phase (resume, engine start, rollout, old pass, update,
+optimizer step, sync, KV wake, checkpoint save, evaluation), each term in GiB with its formula,
+then one JSON line: ``{"preset", "gpu", "fits", "peak_gib", "peak_phase", "peak_task", "limit_gib",
+"phases": {phase: GiB}, "host_peak_gib", ...}``. ``--simulate`` also runs the trainer's own step on
+fake tensors (rspo.gpu_memory.simulate; torchrun presets) and prints each phase's simulated peak
+beside the plan's tensor terms; the JSON line then carries ``"simulated": {phase: GiB}`` and
+``"planned_tensors": {phase: GiB}`` (the same phases; with ``--layers`` both are of the model cut to
+that many decoder layers, which takes seconds instead of minutes). The workflow runs the plan before
+submitting any job of a preset with ``device: cuda`` (workflow/rules/common.smk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rspo.gpu_memory.plan import GIB, GPUS, PlanError, plan_preset, plan_run, preset_setup, render, summary
+
+AGREEMENT = 0.05  # --simulate: a phase whose plan and simulation differ by more is named
+
+
+def simulated(preset_path: str, gpu_gib: float, hub_dir: str, layers: int = 0) -> dict[str, dict]:
+    """{"simulated": {phase: GiB}, "planned_tensors": {phase: GiB}}: the trainer's step on fake
+    tensors and the plan's tensor terms of the same model (cut to ``layers`` when > 0), max over tasks."""
+    from rspo.config import load_preset
+    from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
+    from rspo.gpu_memory.simulate import run_preset, task_inputs
+
+    preset = load_preset(preset_path)
+    sims = run_preset(preset_path, gpu_gib, hub_dir, layers)
+    sim: dict[str, float] = {}
+    planned: dict[str, float] = {}
+    for task, peaks in sims.items():
+        cfg, config, _ = task_inputs(preset_path, task, hub_dir, layers)
+        shape = shape_from_config(f"{task} model", config, dtype_bytes(str(getattr(config, "dtype", "bfloat16"))))
+        plan = plan_run(cfg, shape, preset_setup(preset, gpu_gib), task)
+        for ph in plan.phases:
+            if ph.name in peaks:
+                sim[ph.name] = round(max(sim.get(ph.name, 0.0), peaks[ph.name]), 2)
+                planned[ph.name] = round(max(planned.get(ph.name, 0.0), ph.tensors / GIB), 2)
+    return {"simulated": sim, "planned_tensors": planned}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rspo plan-memory", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", required=True, help="configs/<preset>.yaml")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--gpu", default="h100-80gb", help=f"one of {', '.join(GPUS)} (default h100-80gb)")
+    group.add_argument("--gpu-gib", type=float, default=None, help="any other GPU: its memory in GiB")
+    ap.add_argument("--hub-dir", default="results/hub", help="where fetched hub models are (their config.json)")
+    ap.add_argument("--json-only", action="store_true", help="print the JSON line alone")
+    ap.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also run the trainer's own step on fake tensors (rspo.gpu_memory.simulate; torchrun presets)",
+    )
+    ap.add_argument("--layers", type=int, default=0, help="--simulate: cut the model to this many decoder layers")
+    args = ap.parse_args(argv)
+    if args.gpu_gib is not None:
+        gpu, gib = f"{args.gpu_gib:g}gib", args.gpu_gib
+    elif args.gpu in GPUS:
+        gpu, gib = args.gpu, GPUS[args.gpu]
+    else:
+        print(
+            f"rspo plan-memory: unknown GPU {args.gpu!r}; choose one of {', '.join(GPUS)} or give --gpu-gib",
+            file=sys.stderr,
+        )
+        return 2
+    from rspo.config import ConfigError, load_preset
+
+    try:
+        plans = plan_preset(args.preset, gib, args.hub_dir)
+    except (PlanError, ConfigError, FileNotFoundError) as e:
+        print(f"rspo plan-memory: {e}", file=sys.stderr)
+        return 2
+    s = summary(str(load_preset(args.preset).get("preset", Path(args.preset).stem)), gpu, plans)
+    if not args.json_only:
+        print(render(plans))
+    if args.simulate:
+        if max(p.setup.world for p in plans) < 2:
+            print("simulate: this preset trains in one process; run `rspo preflight` on a GPU instead", file=sys.stderr)
+        else:
+            s.update(simulated(args.preset, gib, args.hub_dir, args.layers))
+            cut = f" (model cut to {args.layers} layers)" if args.layers else ""
+            print(f"simulate{cut}: phase, plan's tensor terms, the trainer's step on fake tensors (GiB)")
+            for ph, got in s["simulated"].items():
+                plan = s["planned_tensors"][ph]
+                off = (got - plan) / plan if plan else 0.0
+                flag = "" if abs(off) <= AGREEMENT else f"  <- differs by {off:+.1%}"
+                print(f"  {ph:16s} {plan:8.2f} {got:8.2f} {off:+7.1%}{flag}")
+    print(json.dumps(s))
+    return 0

@@ -1,0 +1,256 @@
+"""`python -m rspo preflight --preset P`: what a cluster user runs on one node before submitting a
+preset's jobs: the real training step of the preset, measured.
+
+    python -m rspo preflight --preset configs/paper_large_math.yaml            # on one GPU node
+    python -m rspo preflight --preset configs/smoke.yaml --set rollout.backend=vllm --layers 2
+
+It trains the preset's first run of a task for two steps with the real layer shapes, token budget,
+batch sizes, engine settings and tensor-parallel size, but with fewer decoder layers (``--layers``,
+default 2) and random weights (no download: the model is built from its config.json). The first
+step runs in one process (engine start, rollout, old pass, updates, optimizer steps, sync, KV wake,
+checkpoint save); a second process resumes from that checkpoint, as a resubmitted job would (the
+resume, a new engine, the second step). A preset that trains under torchrun runs both under
+torchrun with its processes. The engine is vLLM where it is installed; elsewhere a stand-in engine
+that really allocates (and frees on sleep) the share the plan gives vLLM (rspo.rollout.standin), so
+the training side can be measured on any GPU machine with torch alone: the output says which.
+
+Each phase's memory is measured as the trainer measures it every step (rspo.gpu_memory.phases: on
+a GPU torch's peaks plus the driver's view, on a CPU the resident memory) and timed. The per-layer
+terms are then scaled to the model's full depth with the plan's formulas (measured at the cut depth +
+the plan's difference between the full and the cut model), and printed beside the plan of the full
+model. The step's time is scaled by full depth / cut depth (the forwards, the decoding and the sync
+grow with the layers; the engine start is left out): a first estimate of a step and of the run
+(schedule.total_steps steps; the train rule's job limit and resubmissions: rspo.train.time_limit).
+The last line is JSON: ``{"preset", "device", "engine", "layers", "fits", "measured": {phase: GiB},
+"planned": {phase: GiB}, "margin_gib", "step_s_estimate", "run_h_estimate"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+STAGES = ("first", "resume")
+
+
+def _measured(memory) -> dict[str, float]:
+    """{phase: GiB} of what the trainer's PhaseMemory measured (peak on a GPU, resident on a CPU)."""
+    out = {}
+    for rows in (memory.first or {}, memory.current):
+        for ph, row in rows.items():
+            value = row.get("peak_gib", row.get("rss_gib"))
+            if value is not None:
+                out[ph] = max(out.get(ph, 0.0), value)
+    return out
+
+
+def run_stage(stage: str, args) -> None:
+    """One process of the preflight (or each rank of it): the first step and a save, or the resume and
+    the second step; writes what it measured to <out>/<stage>.rank<r>.json."""
+    from rspo.gpu_memory.simulate import model_folder, sim_task, task_inputs
+    from rspo.train.trainer import Trainer
+
+    out = Path(args.out)
+    cfg, config, _ = task_inputs(args.preset, args.task, args.hub_dir, args.layers, args.overrides)
+    task, records = sim_task(out)
+    folder = out / "model"
+    if stage == "first":
+        model_folder(config, folder)
+    cfg = replace(
+        cfg,
+        model=replace(cfg.model, path=str(folder)),
+        data=replace(cfg.data, task="countdown", train_path=str(records), val_paths={}),
+        schedule=replace(cfg.schedule, total_steps=2, val_every=0, ckpt_every=0),
+    )
+    engine = None
+    standin = cfg.rollout.backend == "vllm" and not _have_vllm()
+    if standin:
+        engine = _standin_factory(cfg, config)
+    trainer = Trainer(cfg, out / "run", task=task, quiet=True, random_weights=True, backend_factory=engine)
+    trainer.train_step()
+    trainer.step += 1
+    if stage == "first":
+        trainer._save_checkpoint()
+    report = {
+        "stage": stage,
+        "device": trainer.device.type,
+        "engine": "stand-in (vLLM is not installed here)" if standin else cfg.rollout.backend,
+        "measured": _measured(trainer.memory),
+        "seconds": trainer.memory.last_seconds,
+    }
+    (out / f"{stage}.rank{trainer.dist.rank}.json").write_text(json.dumps(report))
+    trainer.dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # an in-process engine is not torn down in order; nothing is left to write
+
+
+def _have_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _standin_factory(cfg, config):
+    """A backend factory for the stand-in engine with the plan's share (weights of the cut model)."""
+    import torch
+
+    from rspo.gpu_memory.shape import dtype_bytes
+    from rspo.gpu_memory.simulate import _meta_model
+    from rspo.rollout.standin import StandInBackend, StandInEngine
+
+    c = dtype_bytes(cfg.model.dtype)
+    weights = c * sum(p.numel() for p in _meta_model(config).parameters()) // cfg.rollout.tensor_parallel_size
+
+    def factory(trainer):
+        dev = trainer.device
+        total = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else 0
+        share = int(cfg.rollout.vllm_gpu_memory_utilization * total)
+        return StandInBackend(
+            trainer.tokenizer,
+            StandInEngine(weights, max(0, share - weights), dev),
+            prompt_tokens=cfg.data.max_prompt_tokens,
+            response_tokens=cfg.rollout.max_new_tokens,
+            dtype=getattr(torch, cfg.model.dtype),
+            sleep=cfg.rollout.vllm_sleep,
+        )
+
+    return factory
+
+
+def _launch(stage: str, args, world: int, argv: list[str]) -> None:
+    cmd = [sys.executable]
+    if world > 1:
+        cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world)]
+        cmd += ["-m", "rspo.gpu_memory.preflight"]
+    else:
+        cmd += ["-m", "rspo.gpu_memory.preflight"]
+    r = subprocess.run([*cmd, *argv, "--stage", stage, "--out", args.out], text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"rspo preflight: the {stage} stage failed (exit {r.returncode}); its log is above")
+
+
+def report(args, world: int) -> dict[str, Any]:
+    """Both stages' measurements, scaled to the full depth, beside the full model's plan."""
+    import psutil
+
+    from rspo.config import load_preset
+    from rspo.gpu_memory.plan import plan_run, preset_setup
+    from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
+    from rspo.gpu_memory.simulate import task_inputs
+
+    out = Path(args.out)
+    stages = [json.loads((out / f"{stage}.rank0.json").read_text()) for stage in STAGES]
+    device, engine = stages[0]["device"], stages[0]["engine"]
+    measured_cut: dict[str, float] = {}
+    for st in stages:
+        for ph, v in st["measured"].items():
+            measured_cut[ph] = max(measured_cut.get(ph, 0.0), v)
+    import torch
+
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else args.gpu_gib
+    limit = gpu_gib if device == "cuda" else psutil.virtual_memory().total / GIB
+    setup = preset_setup(load_preset(args.preset), gpu_gib)
+
+    def plan(layers: int):
+        cfg, config, _ = task_inputs(args.preset, args.task, args.hub_dir, layers, args.overrides)
+        shape = shape_from_config("model", config, dtype_bytes(str(getattr(config, "dtype", None) or "float32")))
+        return {ph.name: ph.total / GIB for ph in plan_run(cfg, shape, setup, args.task).phases}, cfg, config
+
+    full, cfg, config = plan(0)
+    cut, _, _ = plan(args.layers)
+    measured = {ph: round(v + full.get(ph, 0.0) - cut.get(ph, 0.0), 2) for ph, v in measured_cut.items()}
+    full_layers = int(config.num_hidden_layers)
+    scale = full_layers / max(1, args.layers)
+    step_s = sum(v for ph, v in stages[1]["seconds"].items() if ph != "engine_start") * scale
+    peak = max(measured.values())
+    return {
+        "preset": str(load_preset(args.preset).get("preset", Path(args.preset).stem)),
+        "device": device,
+        "engine": engine,
+        "layers": args.layers,
+        "full_layers": full_layers,
+        "fits": peak <= limit,
+        "limit_gib": round(limit, 2),
+        "measured": measured,
+        "measured_at_cut_depth": {k: round(v, 2) for k, v in measured_cut.items()},
+        "planned": {k: round(v, 2) for k, v in full.items() if k in measured},
+        "margin_gib": round(limit - peak, 2),
+        "step_s_estimate": round(step_s, 1),
+        "run_h_estimate": round(step_s * cfg.schedule.total_steps / 3600, 1),
+        "world_size": world,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rspo preflight", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--task", default=None, help="the preset's task to measure (default: its first)")
+    ap.add_argument("--layers", type=int, default=2, help="decoder layers of the model measured (default 2)")
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    ap.add_argument("--hub-dir", default="results/hub")
+    ap.add_argument("--gpu-gib", type=float, default=79.65, help="on a CPU: the GPU the plan is made for")
+    ap.add_argument("--out", default=None, help="a scratch folder (default: a temporary one)")
+    ap.add_argument("--stage", choices=STAGES, default=None, help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    from rspo.config import ConfigError, load_preset
+    from rspo.plan import Plan
+
+    try:
+        plan = Plan(load_preset(args.preset))
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"rspo preflight: {e}", file=sys.stderr)
+        return 2
+    args.task = args.task or next(iter(plan.tasks))
+    if args.stage:  # one stage, in this process (or this rank)
+        run_stage(args.stage, args)
+        return 0
+    from rspo.train.cli import gpu_environment
+
+    gpu_environment()
+    world = max(1, int(plan.resources("train")["processes"]))
+    passed = [a for a in argv if a not in ("--out",)]
+    if "--out" in argv:
+        i = argv.index("--out")
+        passed = argv[:i] + argv[i + 2 :]
+    with tempfile.TemporaryDirectory(prefix="rspo-preflight-") as tmp:
+        args.out = args.out or tmp
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        try:
+            for stage in STAGES:
+                _launch(stage, args, world, passed)
+        except RuntimeError as e:
+            print(str(e), file=sys.stderr)
+            return 1
+        result = report(args, world)
+    print(
+        f"rspo preflight: {result['preset']} on {result['device']} ({result['engine']}), model cut to "
+        f"{result['layers']} of {result['full_layers']} layers; GiB per phase, measured and scaled to the "
+        f"full depth, beside the plan:"
+    )
+    for ph, got in result["measured"].items():
+        plan_v = result["planned"].get(ph)
+        print(f"  {ph:16s} measured {got:8.2f}   planned {plan_v if plan_v is not None else '-':>8}")
+    verdict = "fits" if result["fits"] else "does NOT fit"
+    print(
+        f"  step {result['step_s_estimate']} s (estimated at full depth), run {result['run_h_estimate']} h; "
+        f"{verdict} ({result['margin_gib']} GiB to spare of {result['limit_gib']})"
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

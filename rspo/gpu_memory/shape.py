@@ -1,0 +1,147 @@
+"""The shape of the model a preset's runs train, read from its config.json: what the memory plan's
+formulas need (rspo.gpu_memory.plan). Parameter counts are exact (the model built on PyTorch's meta
+device, nothing allocated); the config comes from the fetched hub folder, the copy this package
+ships for the presets' hub models (rspo/model_configs/), or the preset's ``pretrain.model`` for a
+model pretrained here."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "model_configs"
+
+
+class PlanError(ValueError):
+    """The plan cannot be made (unknown GPU, model config not found); the message says why."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    layers: int
+    moe_layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    experts: int
+    top_k: int
+    moe_inter: int
+    shared_inter: int
+    vocab: int
+    qk_norm: bool
+    params: int
+    """Every parameter."""
+    layer_params: int
+    """The largest decoder layer's parameters."""
+    root_params: int
+    """Parameters outside the decoder layers (embeddings, final norm, LM head)."""
+    ckpt_bytes: int
+    """Bytes per parameter of the checkpoint's own dtype (what every rank reads at start)."""
+    largest_param: int = 0
+    """Elements of the largest parameter tensor (the optimizer steps one tensor at a time)."""
+
+    def layer_activation_elems(self) -> int:
+        """Elements autograd keeps per token for one MoE decoder layer (see the module docstring)."""
+        H, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attn = 2 * H + 2 * (q + kv) + kv + q + 2 * self.heads  # norm in/out, q/k/v (rotated), output, lse
+        if self.qk_norm:
+            attn += q + kv  # q_norm / k_norm outputs
+        router = 3 * self.experts + 6 * self.top_k  # logits, fp32 probabilities, chosen weights and indices
+        experts = self.top_k * (3 * H + 4 * self.moe_inter)  # gathered input, gate/up, act, product, output
+        shared = (2 * H + 4 * self.shared_inter) if self.shared_inter else 0
+        return attn + 2 * H + router + experts + shared  # + the post-attention norm's input and output
+
+    def kv_bytes_per_token(self, c: int, tp: int) -> int:
+        """KV cache per token on one GPU of an engine over ``tp`` GPUs (KV heads split, or replicated
+        when there are fewer heads than GPUs)."""
+        return 2 * self.layers * max(1, math.ceil(self.kv_heads / tp)) * self.head_dim * c
+
+
+def shape_from_config(name: str, config, ckpt_bytes: int) -> ModelShape:
+    import warnings
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")  # an empty shared expert
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    layers = model.model.layers
+    layer_params = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
+    params = sum(p.numel() for p in model.parameters())
+    in_layers = sum(p.numel() for layer in layers for p in layer.parameters())
+    experts = getattr(config, "num_experts", None) or config.num_local_experts
+    sparse = [i for i, layer in enumerate(layers) if getattr(getattr(layer, "mlp", None), "gate", None) is not None]
+    return ModelShape(
+        name=name,
+        layers=len(layers),
+        moe_layers=len(sparse),
+        hidden=config.hidden_size,
+        heads=config.num_attention_heads,
+        kv_heads=config.num_key_value_heads,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+        experts=int(experts),
+        top_k=int(config.num_experts_per_tok),
+        moe_inter=int(getattr(config, "moe_intermediate_size", None) or config.intermediate_size),
+        shared_inter=int(getattr(config, "shared_expert_intermediate_size", 0) or 0),
+        vocab=config.vocab_size,
+        qk_norm=config.model_type in ("qwen3_moe", "olmoe"),
+        params=params,
+        layer_params=layer_params,
+        root_params=params - in_layers,
+        ckpt_bytes=ckpt_bytes,
+        largest_param=max(p.numel() for p in model.parameters()),
+    )
+
+
+def dtype_bytes(name: str | None) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(name or "float32").replace("torch.", ""), 4)
+
+
+def model_config(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub"):
+    """(name, transformers config, checkpoint bytes per parameter) of the model a task's runs start
+    from: a hub id (the fetched folder's config.json, else the copy in rspo/model_configs), a local
+    folder, or the preset's pretrain.model for a model pretrained here."""
+    from transformers import AutoConfig
+
+    from rspo.hub import is_hub_id, slug
+
+    if path and is_hub_id(path):
+        for f in (Path(hub_dir) / slug(path) / "config.json", CONFIG_DIR / f"{slug(path)}.json"):
+            if f.is_file():
+                data = json.loads(f.read_text())
+                return path, AutoConfig.for_model(**data), dtype_bytes(data.get("torch_dtype") or data.get("dtype"))
+        raise PlanError(
+            f"no config.json for {path}: fetch the model first (python -m rspo fetch-model --model {path} "
+            f"--out {hub_dir}/{slug(path)}) or add its config.json to {CONFIG_DIR}"
+        )
+    if path and Path(path, "config.json").is_file():
+        data = json.loads(Path(path, "config.json").read_text())
+        return path, AutoConfig.from_pretrained(path), dtype_bytes(data.get("torch_dtype") or data.get("dtype"))
+    # pretrained here: the preset's pretrain.model (math/code bases: with pretrain.text_model on top)
+    from rspo.models import moe_config
+    from rspo.tokenizer import build_tokenizer
+
+    arch = dict((preset.get("pretrain") or {}).get("model") or {})
+    if task != "countdown":
+        arch.update((preset.get("pretrain") or {}).get("text_model") or {})
+    tok = build_tokenizer()
+    config = moe_config(arch, len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    return f"pretrained here ({arch.get('arch', 'qwen2_moe')})", config, 4
+
+
+_SHAPES: dict[str, ModelShape] = {}
+
+
+def model_shape(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub") -> ModelShape:
+    """The shape of the model a task's runs start from (see model_config; cached per config)."""
+    name, config, ckpt = model_config(path, preset, task, hub_dir)
+    key = json.dumps([name, config.to_dict(), ckpt], sort_keys=True, default=str)
+    if key not in _SHAPES:
+        _SHAPES[key] = shape_from_config(name, config, ckpt)
+    return _SHAPES[key]

@@ -1,0 +1,71 @@
+"""rspo.gpu_memory.phases: each phase's memory kept over a step (its largest value), reported as
+memory/<phase>/<what>_gib and started afresh each step; the first step's table beside the plan and the
+warning that names a phase measured over its plan by more than 5%; the CPU kind measures the process's
+resident memory (the trainer's own phases: tests/test_standin.py)."""
+
+import pytest
+
+from rspo.gpu_memory.phases import PHASES, HostMemory, PhaseMemory, host_allocation, host_context
+
+
+class Fixed(PhaseMemory):
+    def __init__(self, values):
+        super().__init__()
+        self.values = iter(values)
+
+    def _exit(self, name):
+        return {"peak_gib": next(self.values)}
+
+
+def test_a_phase_keeps_its_largest_value_of_the_step_and_the_next_step_starts_afresh():
+    mem = Fixed([3.0, 5.0, 4.0, 1.0])
+    for name in ("update", "update", "optimizer_step"):
+        with mem.phase(name):
+            pass
+    assert mem.step_metrics() == {"memory/update/peak_gib": 5.0, "memory/optimizer_step/peak_gib": 4.0}
+    assert mem.first == {"update": {"peak_gib": 5.0}, "optimizer_step": {"peak_gib": 4.0}}
+    with mem.phase("sync"):
+        pass
+    assert mem.step_metrics() == {"memory/sync/peak_gib": 1.0} and "sync" not in mem.first  # the first stays
+    assert set(mem.last_seconds) == {"sync"}
+    with pytest.raises(ValueError, match="unknown phase 'warmup'"):
+        with mem.phase("warmup"):
+            pass
+
+
+def test_the_first_steps_table_sits_beside_the_plan_and_names_what_exceeds_it():
+    mem = PhaseMemory()
+    values = {"update": {"peak_gib": 70.0}, "sync": {"peak_gib": 60.0}, "rollout": {"peak_gib": 50.0}}
+    planned = {"update": 69.0, "sync": 55.0, "rollout": 60.0}
+    table = mem.table(values, planned)
+    lines = table.splitlines()
+    assert [ln.split()[0] for ln in lines[1:]] == ["rollout", "update", "sync"]  # the step's order
+    assert "planned_gib" in lines[0] and "1.091" in table
+    assert mem.over_plan(values, planned) == ["phase sync: measured 60.00 GiB, planned 55.00 GiB (+9%)"]
+    assert PHASES.index("resume") < PHASES.index("engine_start") < PHASES.index("rollout")
+    assert PHASES.index("optimizer_step") < PHASES.index("sync") < PHASES.index("kv_wake")
+
+
+def test_on_a_cpu_the_resident_memory_is_measured():
+    mem = HostMemory()
+    with mem.phase("rollout"):
+        block = bytearray(64 * 2**20)  # noqa: F841 (64 MiB resident at the phase's end)
+    assert mem.current["rollout"]["rss_gib"] > 64 / 1024
+
+
+def test_host_work_runs_in_the_given_context():
+    seen = []
+
+    class Marker:
+        def __enter__(self):
+            seen.append("in")
+
+        def __exit__(self, *a):
+            seen.append("out")
+
+    with host_allocation():
+        pass
+    assert seen == []
+    with host_context(Marker), host_allocation():
+        pass
+    assert seen == ["in", "out"]

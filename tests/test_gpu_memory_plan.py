@@ -1,0 +1,123 @@
+"""rspo.gpu_memory.plan: a per-phase plan of the whole training step, in the trainer's order, and a
+JSON line for every preset and GPU; the paper presets fit 8 x H100 80GB with every phase (resume and
+sync included) and the memory outside torch's tensors counted; a plan that does not fit names its
+phase and what to change; the terms agree with what the trainer allocates (the simulation of the
+trainer's own step: tests/test_gpu_memory_simulate.py; the workflow's refusal: tests/test_workflow.py)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rspo.gpu_memory import cli
+from rspo.gpu_memory import plan as MP
+from rspo.gpu_memory.phases import PHASES
+from rspo.gpu_memory.shape import PlanError, model_shape
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ["smoke", "small", "paper_small", "paper_large_math", "paper_large_code"]
+STEP = [ph for ph in PHASES if ph != "evaluation"]  # a train job's phases, in the order the trainer runs them
+
+
+@pytest.mark.parametrize("gpu", list(MP.GPUS))
+def test_every_preset_gets_a_per_phase_table_and_a_json_line(gpu, capsys):
+    for preset in PRESETS:
+        assert cli.main(["--preset", str(ROOT / "configs" / f"{preset}.yaml"), "--gpu", gpu]) == 0
+        out = capsys.readouterr().out
+        line = json.loads(out.strip().splitlines()[-1])
+        assert {"preset", "gpu", "fits", "peak_gib", "peak_phase", "limit_gib", "phases"} <= set(line)
+        assert line["preset"] == preset and line["gpu"] == gpu
+        assert line["limit_gib"] == pytest.approx(MP.GPUS[gpu])  # the allowances are lines of their own now
+        assert list(line["phases"])[: len(STEP)] == STEP  # every phase, in the trainer's order
+        for phase in STEP:
+            assert f"-- {phase}:" in out, (preset, phase)
+        assert "fp32 parameter shards" in out and "B x" in out and "CUDA context" in out  # terms with formulas
+
+
+def test_the_paper_presets_fit_eight_h100s_and_say_where_they_peak():
+    for preset in ("paper_small", "paper_large_math", "paper_large_code"):
+        plans = MP.plan_preset(str(ROOT / "configs" / f"{preset}.yaml"), MP.GPUS["h100-80gb"])
+        s = MP.summary(preset, "h100-80gb", plans)
+        assert s["fits"], (preset, s)
+        assert s["peak_gib"] <= s["limit_gib"] and s["engine"] == "ok" and s["host"] == "ok"
+    math = MP.plan_preset(str(ROOT / "configs" / "paper_large_math.yaml"), MP.GPUS["h100-80gb"])[0]
+    assert math.model.params == pytest.approx(30.53e9, rel=1e-3)  # Qwen3-30B-A3B: 30.5B published
+
+
+def test_the_paper_step_holds_no_gradient_beside_the_engine_and_counts_what_torch_does_not():
+    """paper_large_math on an H100: gradients live from the first backward of a mini-batch through its
+    optimizer step, and in the resume; the sync holds the engine's weights alone plus one gathered layer,
+    the KV cache wakes after it; every phase carries the CUDA context, the NCCL communicators counted from
+    the code (FSDP2's, vLLM's tensor-parallel pynccl and device group, its expert-parallel pynccl) and the
+    fragmentation allowance; the engine's CUDA graphs count while it is awake."""
+    plan = MP.plan_preset(str(ROOT / "configs" / "paper_large_math.yaml"), MP.GPUS["h100-80gb"])[0]
+    terms = {ph.name: {t.name: t for t in ph.terms} for ph in plan.phases}
+    gib = {ph.name: ph.total / MP.GIB for ph in plan.phases}
+    with_grads = {n for n, t in terms.items() if "fp32 gradient shards" in t}
+    assert with_grads == {"resume", "update", "optimizer_step"}
+    assert "vLLM engine weights (awake)" in terms["sync"] and "a gathered layer (sync)" in terms["sync"]
+    assert "vLLM engine (reserved)" not in terms["sync"] and "vLLM engine (reserved)" in terms["kv_wake"]
+    assert "vLLM engine (asleep)" in terms["old_pass"] and "vLLM engine (asleep)" in terms["update"]
+    assert not any(t.startswith("vLLM") for t in terms["resume"])  # the checkpoint is read before the engine
+    assert len(MP.nccl_communicators(8, 8, True)) == 4 and len(MP.nccl_communicators(1, 1, False)) == 0
+    for name, t in terms.items():
+        assert "CUDA context" in t and "allocator fragmentation" in t, name
+        comms = {"resume": 1, "evaluation": 2}.get(name, 4)  # before the engine: FSDP2's; an evaluation: vLLM's
+        assert t["NCCL communicators"].bytes == comms * MP.NCCL_COMM_GIB * MP.GIB, name
+    assert terms["rollout"]["vLLM CUDA graph pool"].bytes > 0
+    assert terms["update"]["vLLM CUDA graph pool (offloaded)"].bytes == 0
+    # the faults this plan now sees: gradients through the KV wake, the checkpoint read beside an awake engine
+    grads = terms["update"]["fp32 gradient shards"].bytes / MP.GIB
+    engine = terms["rollout"]["vLLM engine (reserved)"].bytes / MP.GIB
+    assert gib["kv_wake"] + grads > MP.GPUS["h100-80gb"] and gib["resume"] + engine > MP.GPUS["h100-80gb"]
+
+
+def test_a_plan_that_does_not_fit_names_the_phase_and_the_settings(tmp_path):
+    import yaml
+
+    preset = yaml.safe_load((ROOT / "configs" / "paper_large_math.yaml").read_text())
+    preset["rl"]["rollout"]["tensor_parallel_size"] = 1
+    del preset["rl"]["schedule"]["max_tokens_per_micro_batch"]
+    path = tmp_path / "oversized.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    s = MP.summary("oversized", "h100-80gb", MP.plan_preset(str(path), MP.GPUS["h100-80gb"]))
+    assert not s["fits"] and s["peak_phase"] == "update" and s["peak_gib"] > 400
+    assert "weights 56.9 at tensor parallel 1" in s["engine"]
+    assert "max_tokens_per_micro_batch" in MP.advice(s)
+    r = subprocess.run(
+        [sys.executable, "-m", "rspo", "plan-memory", "--preset", str(path), "--gpu", "nope"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "unknown GPU 'nope'" in r.stderr
+
+
+def test_a_hub_model_without_a_config_is_a_clear_error(tmp_path):
+    with pytest.raises(PlanError, match="no config.json for someone/unknown-moe: fetch the model first"):
+        model_shape("someone/unknown-moe", {}, "math", str(tmp_path))
+
+
+def test_the_terms_are_what_the_trainer_allocates():
+    """The old-router cache the plan counts per rank is the RowCache the trainer allocates, and the
+    state shards are 4 / 8 bytes per parameter over the ranks."""
+    from rspo.config import load_preset
+    from rspo.plan import load_train_config
+    from rspo.train.memory import RowCache
+
+    preset_file = ROOT / "configs" / "small.yaml"
+    preset = load_preset(preset_file)
+    cfg = load_train_config(preset_file, "gmpo-rs0.8-s0")
+    shape = model_shape("", preset, "countdown")
+    plan = MP.plan_run(cfg, shape, MP.preset_setup(preset, 80.0), "countdown")
+    rows = cfg.schedule.prompts_per_step * cfg.rollout.group_size
+    width = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
+    cache = RowCache.zeros(
+        torch.arange(rows), rows, width, shape.moe_layers, shape.top_k, shape.experts, keep_logits=False
+    )
+    terms = {t.name: t.bytes for t in plan.phase("old_pass").host}
+    assert terms["old-router caches (node)"] == cache.nbytes
+    state = {t.name: t.bytes for t in plan.phase("rollout").terms}
+    assert state["fp32 parameter shards"] == 4 * shape.params and state["Adam moments (fp32)"] == 8 * shape.params

@@ -1,0 +1,58 @@
+"""`rspo preflight` on this machine: the preset's real step (cut to its layers, random weights) in two
+processes (first step and save; resume and second step), each phase measured and scaled, a JSON
+line. Where vLLM is not installed (the main venv) a preset with the vLLM backend runs on the
+stand-in engine and says so; with vLLM's CPU build: tests/test_preflight_vllm.py."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP = [
+    "engine_start",
+    "rollout",
+    "old_pass",
+    "update",
+    "optimizer_step",
+    "sync",
+    "kv_wake",
+    "checkpoint_save",
+    "resume",
+]
+
+
+def smoke_for_vllm(tmp_path: Path) -> Path:
+    """The smoke preset with one attention head per layer (head size 32: vLLM's CPU kernels serve it)."""
+    preset = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    preset["pretrain"]["model"].update(num_heads=1, num_kv_heads=1)
+    path = tmp_path / "smoke_vllm.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+def preflight(preset: Path, *args: str, python: str = sys.executable) -> dict:
+    cmd = [python, "-m", "rspo", "preflight", "--preset", str(preset), "--set", "rollout.backend=vllm", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "GiB per phase, measured and scaled to the full depth" in r.stdout
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def check(line: dict, engine: str) -> None:
+    assert {"preset", "fits", "measured", "planned", "margin_gib", "step_s_estimate"} <= set(line)
+    assert line["preset"] == "smoke" and line["device"] == "cpu" and line["engine"].startswith(engine)
+    assert set(STEP) <= set(line["measured"]) and set(line["measured"]) == set(line["planned"])
+    assert all(v > 0 for v in line["measured"].values()) and line["fits"] and line["step_s_estimate"] > 0
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed: the real engine runs"
+)
+def test_without_vllm_the_step_runs_on_the_stand_in_engine_and_says_so(tmp_path):
+    check(preflight(smoke_for_vllm(tmp_path)), "stand-in (vLLM is not installed here)")
