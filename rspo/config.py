@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 
 ALGOS = ("grpo", "gspo", "gmpo")
-ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay")
+ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay", "rollout_replay")
+ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 TASKS = ("countdown", "math", "code")
 BACKENDS = ("hf", "vllm")
 
@@ -168,6 +169,10 @@ class RolloutConfig:
     vllm_enforce_eager: bool = False
     """vLLM on GPUs: decode without CUDA graphs (slower; no graph pool in GPU memory). CPU engines
     always run eagerly."""
+    dtype: str = ""
+    """The rollout engine's precision: "" (model.dtype: the trainer's compute dtype), float32,
+    bfloat16 or float16. The vLLM engine runs in it; the hf backend decodes under autocast to it.
+    Another precision than the trainer's makes the train-inference mismatch (docs/mismatch.md)."""
 
     def validate(self, prefix: str) -> None:
         if self.backend not in BACKENDS:
@@ -193,6 +198,10 @@ class RolloutConfig:
             raise _err(f"{prefix}.vllm_enforce_eager", "needs backend: vllm")
         if self.val_temperature < 0:
             raise _err(f"{prefix}.val_temperature", "must be >= 0")
+        if self.dtype not in ("", "float32", "bfloat16", "float16"):
+            raise _err(
+                f"{prefix}.dtype", f"must be empty (model.dtype), float32, bfloat16 or float16, got {self.dtype!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -206,7 +215,18 @@ class AlgorithmConfig:
     stop_gradient: bool = True
     """Detach gamma (paper); False is the collapse ablation (Appendix B)."""
     routing: str = "none"
-    """Routing control during updates: none | freeze | logit_replay | index_replay (Appendix D)."""
+    """Routing control: none | freeze | logit_replay | index_replay (Appendix D, during updates) |
+    rollout_replay (R3, beyond the paper: the rollout engine's experts forced in the old pass and the
+    updates; docs/mismatch.md)."""
+    rollout_correction: str = "none"
+    """Train-inference mismatch correction (beyond the paper; docs/mismatch.md): none | token_truncate
+    (TIS) | token_mask (icepop) | sequence_truncate | sequence_mask (MIS), on the ratio old-pass
+    probability / engine probability (rspo.losses.rollout_correction)."""
+    rollout_correction_low: float = 0.5
+    """Lower bound of the correction's ratio for the mask modes (icepop: 0.5)."""
+    rollout_correction_high: float = 2.0
+    """Upper bound: the truncation of the truncate modes, the mask's top for the mask modes (verl
+    and ms-swift use 2; TRL 1.16 3)."""
     clip_low: float | None = None
     """None -> the paper's default for algo (rspo.losses.DEFAULT_CLIP)."""
     clip_high: float | None = None
@@ -229,6 +249,17 @@ class AlgorithmConfig:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise _err(f"{prefix}.{name}", f"must be >= 0, got {v}")
+        if self.rollout_correction not in ROLLOUT_CORRECTIONS:
+            raise _err(
+                f"{prefix}.rollout_correction",
+                f"unknown correction {self.rollout_correction!r}; choose one of {list(ROLLOUT_CORRECTIONS)}",
+            )
+        if not 0 <= self.rollout_correction_low < 1 < self.rollout_correction_high:
+            raise _err(
+                f"{prefix}.rollout_correction_low",
+                f"the bounds must satisfy 0 <= low < 1 < high, got ({self.rollout_correction_low}, "
+                f"{self.rollout_correction_high})",
+            )
         if self.kl_coef != 0.0:
             raise _err(f"{prefix}.kl_coef", "a KL penalty is not implemented (the paper's runs use 0)")
         if self.entropy_coef < 0 or self.router_aux_loss_coef < 0:
@@ -344,7 +375,14 @@ EXECUTION_ONLY: tuple[str, ...] = (
 )
 # Settings added after runs existed, with the value those runs had: counted in the fingerprint
 # only where they differ from it (TrainConfig.fingerprint).
-ADDED_LATER: dict[str, Any] = {"data.template": "auto", "data.enable_thinking": None}
+ADDED_LATER: dict[str, Any] = {
+    "data.template": "auto",
+    "data.enable_thinking": None,
+    "rollout.dtype": "",
+    "algorithm.rollout_correction": "none",
+    "algorithm.rollout_correction_low": 0.5,
+    "algorithm.rollout_correction_high": 2.0,
+}
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,

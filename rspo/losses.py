@@ -23,6 +23,30 @@ Equation names below are the paper's labels (``eq:...``).
 RSPO, the paper's main method, is ``compute_policy_loss("gmpo", ..., gamma=gamma)`` with gamma from
 ``rspo.router.router_shift_ratio``.
 
+Train-inference mismatch (beyond the paper; docs/mismatch.md). The responses are sampled by the
+rollout engine, whose log-probs ``logp_engine`` differ from the old pass's ``logp_old`` (another
+precision, other kernels, an expert chosen differently at a near tie). ``rollout_correction`` turns
+rho[i,t] = pi_old / pi_engine = exp(logp_old - logp_engine) (stop-gradient) into a weight omega on
+the policy loss, in the four modes of TRL 1.16's GRPOTrainer and ms-swift (their names):
+
+    token_truncate    omega[i,t] = min(rho[i,t], C)                          TIS (Yao et al., 2025)
+    token_mask        omega[i,t] = rho[i,t] if lo <= rho[i,t] <= C else 0    icepop (Ring-1T)
+    sequence_truncate omega[i]   = min(rho_i, C),  rho_i = exp(sum_t log rho[i,t])
+    sequence_mask     omega[i]   = rho_i if lo <= rho_i <= C else 0          MIS
+
+The sequence ratio is the product of the token ratios (TRL: the sum of the log differences; verl's
+sequence level alike). The mask modes keep the ratio as the weight of the tokens they keep and
+zero the rest, as TRL's mask modes and icepop's M(k) do; masked tokens stay in the means' counts.
+Where omega enters: it multiplies the clipped objective, outside the clip (TRL multiplies its
+per-token loss by it; verl's rollout correction too), while RS adjusts the log-ratio inside the clip:
+GRPO's loss is -omega[i,t] min(w~ A, clip(w~) A) per token. GSPO and GMPO are sequence objectives:
+their sequence term is multiplied by the masked mean of omega over the response (for the sequence
+modes: omega[i] itself); TRL's GMPO applies no correction, so this is ours. With no correction
+omega = 1 and every loss is the one above, bit for bit.
+
+``mismatch_metrics`` reports, whatever the correction, how far the two policies are apart on the
+sampled tokens (names of verl's and ms-swift's diagnostics; rspo.train.trainer logs them every step).
+
 Conventions:
 - ``clip_low`` / ``clip_high`` are the epsilons in each algorithm's own space: ratio space for GRPO
   and GSPO (the clip interval is [1 - clip_low, 1 + clip_high]); log space for GMPO (the interval
@@ -53,6 +77,7 @@ from collections.abc import Callable
 
 import torch
 
+from rspo.config import ROLLOUT_CORRECTIONS as CORRECTIONS
 from rspo.config import check_gamma_min
 
 Tensor = torch.Tensor
@@ -67,8 +92,10 @@ DEFAULT_CLIP: dict[str, tuple[float, float]] = {
 DEFAULT_GAMMA_MIN = 0.8  # Paper Sec. 4.2 / Appendix: gamma_min = 0.8 in all experiments.
 GRPO_LOG_RATIO_GUARD = 20.0  # verl's clamp of the token log-ratio before exp (GRPO only).
 
-# A registered loss takes the RS-adjusted log-ratio and returns (loss, clipfrac).
-PolicyLossFn = Callable[[Tensor, Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+# A registered loss takes the RS-adjusted log-ratio and the rollout correction's weight omega (B, T)
+# and returns (loss, clipfrac).
+PolicyLossFn = Callable[[Tensor, Tensor, Tensor, float, float, Tensor], tuple[Tensor, Tensor]]
+RATIO_BAND = (0.5, 2.0)  # mismatch_metrics: tokens whose rho leaves it are counted
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 
 
@@ -106,6 +133,12 @@ def seq_mean_token_mean(per_token: Tensor, mask: Tensor) -> Tensor:
     return per_seq[valid].mean()
 
 
+def _sequence_weight(omega: Tensor, mask: Tensor) -> Tensor:
+    """A sequence objective's rollout-correction weight: omega's mean over the response.  -> (B,)"""
+    lengths = mask.sum(dim=1).clamp(min=1)
+    return torch.where(mask, omega, torch.zeros((), dtype=omega.dtype, device=omega.device)).sum(1) / lengths
+
+
 def _per_response_advantage(adv_tok: Tensor, mask: Tensor) -> Tensor:
     """One advantage per response: masked mean of a (B, T) advantage.  -> (B,)"""
     lengths = mask.sum(dim=1).clamp(min=1)
@@ -116,18 +149,22 @@ def _per_response_advantage(adv_tok: Tensor, mask: Tensor) -> Tensor:
 
 
 @register_policy_loss("grpo")
-def grpo_loss(log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
+def grpo_loss(
+    log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, clip_high: float, omega: Tensor
+) -> tuple[Tensor, Tensor]:
     """Token-level PPO clip (Eq. grpo_surrogate), seq-mean-token-mean (Eq. grpo_full_obj)."""
     ratio = torch.exp(log_w.clamp(-GRPO_LOG_RATIO_GUARD, GRPO_LOG_RATIO_GUARD))  # (B, T) w_tilde
     loss_unclipped = -adv_tok * ratio  # (B, T)
     loss_clipped = -adv_tok * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T)
-    per_token = torch.maximum(loss_unclipped, loss_clipped)  # -min(wA, clip(w)A)
+    per_token = torch.maximum(loss_unclipped, loss_clipped) * omega  # -omega min(wA, clip(w)A)
     clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), mask)
     return seq_mean_token_mean(per_token, mask), clipfrac
 
 
 @register_policy_loss("gspo")
-def gspo_loss(log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
+def gspo_loss(
+    log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, clip_high: float, omega: Tensor
+) -> tuple[Tensor, Tensor]:
     """Sequence ratio s_i = exp(mean_t log w_tilde) (Eq. gspo_seq_ratio), sequence clip (Eq. gspo_surrogate)."""
     valid = mask.any(dim=1)  # (B,)
     seq_log_ratio = masked_mean(log_w, mask, dim=1)  # (B,) mean_t log w_tilde
@@ -135,13 +172,15 @@ def gspo_loss(log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, cli
     adv = _per_response_advantage(adv_tok, mask)  # (B,)
     loss_unclipped = -adv * s
     loss_clipped = -adv * s.clamp(1.0 - clip_low, 1.0 + clip_high)
-    per_seq = torch.maximum(loss_unclipped, loss_clipped)  # (B,)
+    per_seq = torch.maximum(loss_unclipped, loss_clipped) * _sequence_weight(omega, mask)  # (B,)
     clipfrac = (loss_clipped > loss_unclipped)[valid].float().mean()
     return per_seq[valid].mean(), clipfrac
 
 
 @register_policy_loss("gmpo")
-def gmpo_loss(log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
+def gmpo_loss(
+    log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, clip_high: float, omega: Tensor
+) -> tuple[Tensor, Tensor]:
     """Sign-aware per-token log clip, then geometric mean (Eq. gmpo_ratio); loss_i = -A_i s_i."""
     valid = mask.any(dim=1)  # (B,)
     clipped = log_w.clamp(-clip_low, clip_high)  # (B, T)
@@ -151,7 +190,7 @@ def gmpo_loss(log_w: Tensor, adv_tok: Tensor, mask: Tensor, clip_low: float, cli
     seq_log_ratio = masked_mean(log_w_star, mask, dim=1)  # (B,)
     s = torch.exp(torch.where(valid, seq_log_ratio, torch.zeros_like(seq_log_ratio)))  # (B,) s_bar_i
     adv = _per_response_advantage(adv_tok, mask)  # (B,)
-    per_seq = -adv * s
+    per_seq = -adv * s * _sequence_weight(omega, mask)
     return per_seq[valid].mean(), clipfrac
 
 
@@ -200,8 +239,12 @@ def compute_policy_loss(
     stop_gradient: bool = True,
     clip_low: float | None = None,
     clip_high: float | None = None,
+    engine_log_prob: Tensor | None = None,
+    correction: str = "none",
+    correction_low: float = 0.5,
+    correction_high: float = 2.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Policy loss of ``algo`` with optional router-shift weighting.
+    """Policy loss of ``algo`` with optional router-shift weighting and rollout correction.
 
     Args:
         algo: "grpo" | "gspo" | "gmpo".
@@ -215,12 +258,17 @@ def compute_policy_loss(
         stop_gradient: True detaches gamma_tilde (the paper); False keeps gamma's graph (ablation).
         clip_low, clip_high: epsilons in the algorithm's own space (see module docstring);
             None -> the paper's default for ``algo``.
+        engine_log_prob: (B, T) the rollout engine's log-probs of the sampled tokens (constants);
+            needed by a ``correction`` other than "none".
+        correction, correction_low, correction_high: the train-inference mismatch correction and
+            its bounds (``rollout_correction``; module docstring).
 
     Returns:
         (loss, metrics): a scalar tensor to minimise, and python floats under ``actor/pg_loss``,
         ``actor/ppo_kl``, ``actor/pg_clipfrac`` and, with gamma, ``router/shift_ratio_mean``
         (mean gamma before the floor) and ``router/shift_clipfrac`` (fraction of tokens with
-        gamma < gamma_min).
+        gamma < gamma_min); with a correction, ``rollout_corr/weight_mean`` and
+        ``rollout_corr/zeroed_frac`` (tokens the mask modes left out).
     """
     if algo not in POLICY_LOSSES:
         raise ValueError(f"algo: unknown policy loss {algo!r}; choose one of {sorted(POLICY_LOSSES)}")
@@ -265,10 +313,76 @@ def compute_policy_loss(
         metrics["router/shift_ratio_mean"] = masked_mean(gamma.detach(), mask).item()
         metrics["router/shift_clipfrac"] = masked_mean((gamma.detach() < gamma_min).float(), mask).item()
 
-    loss, clipfrac = POLICY_LOSSES[algo](log_w, adv_tok, mask, clip_low, clip_high)
+    omega = torch.ones_like(log_w)
+    if correction != "none":
+        if engine_log_prob is None or engine_log_prob.shape != shape:
+            raise ValueError(f"correction {correction!r}: needs engine_log_prob of shape {tuple(shape)}")
+        _check_finite("engine_log_prob", engine_log_prob, mask)
+        omega = rollout_correction(correction, old_log_prob, engine_log_prob, mask, correction_low, correction_high).to(
+            log_prob.dtype
+        )
+        metrics["rollout_corr/weight_mean"] = masked_mean(omega, mask).item()
+        metrics["rollout_corr/zeroed_frac"] = masked_mean((omega == 0).float(), mask).item()
+    loss, clipfrac = POLICY_LOSSES[algo](log_w, adv_tok, mask, clip_low, clip_high, omega)
     metrics["actor/pg_loss"] = loss.item()
     metrics["actor/pg_clipfrac"] = clipfrac.item()
     return loss, metrics
+
+
+def rollout_correction(
+    mode: str, old_log_prob: Tensor, engine_log_prob: Tensor, mask: Tensor, low: float = 0.5, high: float = 2.0
+) -> Tensor:
+    """The correction's weight omega (B, T) (module docstring; 1 with mode "none"), stop-gradient:
+    rho = pi_old / pi_engine per token, or per sequence (the product over its response tokens)."""
+    if mode not in CORRECTIONS:
+        raise ValueError(f"rollout correction: unknown mode {mode!r}; choose one of {list(CORRECTIONS)}")
+    mask = mask.bool()
+    dtype = torch.promote_types(old_log_prob.dtype, torch.float32)  # at least fp32
+    if mode == "none":
+        return torch.ones(old_log_prob.shape, dtype=dtype, device=old_log_prob.device)
+    zero = torch.zeros((), dtype=dtype, device=old_log_prob.device)
+    log_rho = torch.where(mask, old_log_prob.detach().to(dtype) - engine_log_prob.detach().to(dtype), zero)  # (B, T)
+    if mode.startswith("sequence"):  # rho_i = exp(sum_t log rho): one ratio per response, on every token
+        log_rho = log_rho.sum(dim=1, keepdim=True).expand_as(log_rho)
+    rho = torch.exp(log_rho.clamp(max=GRPO_LOG_RATIO_GUARD))  # a sequence ratio beyond e^20 is above any bound
+    if mode.endswith("truncate"):
+        omega = rho.clamp(max=high)
+    else:
+        omega = torch.where((rho >= low) & (rho <= high), rho, zero)
+    return torch.where(mask, omega, zero)
+
+
+def mismatch_metrics(old_log_prob: Tensor, engine_log_prob: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the trainer's and the engine's policies are apart on the engine's samples (over the
+    response tokens; names of verl's and ms-swift's diagnostics): with r = logp_old - logp_engine,
+    ``kl`` mean(-r) (the k1 estimate of KL(engine || trainer)), ``k3_kl`` mean(e^r - 1 - r),
+    ``training_ppl`` / ``rollout_ppl`` per response exp(-mean logp), averaged, ``ppl_ratio`` mean of
+    their per-response ratio, ``log_ppl_diff`` mean over responses of mean(-r), ``chi2_token``
+    mean(e^2r) - 1, ``chi2_seq`` mean over responses of e^(2 sum r) - 1, ``max_abs_logp_diff``,
+    ``ratio_outside_frac`` the share of tokens whose e^r leaves RATIO_BAND."""
+    mask = mask.bool()
+    valid = mask.any(dim=1)
+    old, eng = old_log_prob.detach().double(), engine_log_prob.detach().double()
+    zero = torch.zeros((), dtype=torch.float64, device=old.device)
+    r = torch.where(mask, old - eng, zero)  # (B, T)
+    n = mask.sum(dim=1).clamp(min=1)
+    mean_old = torch.where(mask, old, zero).sum(1) / n
+    mean_eng = torch.where(mask, eng, zero).sum(1) / n
+    ratio = torch.exp(r)
+    low, high = RATIO_BAND
+    out = {
+        "kl": masked_mean(-r, mask),
+        "k3_kl": masked_mean(ratio - 1 - r, mask),
+        "training_ppl": torch.exp(-mean_old)[valid].mean(),
+        "rollout_ppl": torch.exp(-mean_eng)[valid].mean(),
+        "ppl_ratio": torch.exp(mean_eng - mean_old)[valid].mean(),
+        "log_ppl_diff": (mean_eng - mean_old)[valid].mean(),
+        "chi2_token": masked_mean(torch.exp(2 * r), mask) - 1,
+        "chi2_seq": (torch.exp((2 * r.sum(1)).clamp(max=700)) - 1)[valid].mean(),
+        "max_abs_logp_diff": r.abs().max(),
+        "ratio_outside_frac": masked_mean(((ratio < low) | (ratio > high)).double(), mask),
+    }
+    return {f"rollout_corr/{k}": float(v) for k, v in out.items()}
 
 
 def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:

@@ -60,8 +60,10 @@ def run_name(
     stop_gradient: bool = True,
     routing: str = "none",
     seed: int = 0,
+    correction: str = "none",
 ) -> str:
-    """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`."""
+    """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`,
+    `gmpo-rolloutreplay-s0` (R3), `gmpo-rs0.8-tis-s0` (a rollout correction: tis, icepop, seqtis, mis)."""
     parts = [algo]
     if router_shift:
         parts.append(f"rs{gamma_min:g}")
@@ -69,8 +71,25 @@ def run_name(
             parts.append("nosg")
     if routing != "none":
         parts.append(routing.replace("_", ""))
+    if correction != "none":
+        parts.append(CORRECTION_NAMES[correction])
     parts.append(f"s{seed}")
     return "-".join(parts)
+
+
+# Short names of the rollout corrections (rspo.losses.rollout_correction), in run names and labels.
+CORRECTION_NAMES = {
+    "token_truncate": "tis",
+    "token_mask": "icepop",
+    "sequence_truncate": "seqtis",
+    "sequence_mask": "mis",
+}
+# The routing family's rows beyond the paper (docs/mismatch.md): mode -> (routing, RS, correction).
+BEYOND_PAPER_ROWS = {
+    "rollout_replay": ("rollout_replay", False, "none"),
+    "tis": ("none", False, "token_truncate"),
+    "rs+tis": ("none", True, "token_truncate"),
+}
 
 
 # Which figure needs which grid family (paper index: docs/design.md).
@@ -126,6 +145,7 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
         sg: bool = True,
         routing: str = "none",
         task: str = "",
+        correction: str = "none",
     ) -> tuple[str, dict[str, Any]]:
         if algo not in ALGOS:
             raise _err("grid", f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
@@ -133,7 +153,9 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
         if routing not in ROUTING_MODES:
             raise _err("grid.routing.modes", f"unknown routing mode {routing!r}")
         algo_over = {"algo": algo, "router_shift": rs, "gamma_min": gmin, "stop_gradient": sg, "routing": routing}
-        name = run_name(algo, rs, gmin, sg, routing, seed)
+        if correction != "none":  # left out otherwise: the runs named before corrections existed keep their config
+            algo_over["rollout_correction"] = correction
+        name = run_name(algo, rs, gmin, sg, routing, seed, correction)
         if task:
             return f"{task}-{name}", {"algorithm": algo_over, "seed": seed, "task": task}
         return name, {"algorithm": algo_over, "seed": seed}
@@ -176,7 +198,11 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
             name, ov = spec(g.get("algo", "gmpo"), seed, rs=True)  # RSPO, the reference
             fam[name] = ov
             for mode in g.get("modes", ["freeze", "logit_replay", "index_replay"]):
-                name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
+                if mode in BEYOND_PAPER_ROWS:  # R3, TIS, RS+TIS (beyond the paper)
+                    routing, rs, corr = BEYOND_PAPER_ROWS[mode]
+                    name, ov = spec(g.get("algo", "gmpo"), seed, rs=rs, routing=routing, correction=corr)
+                else:
+                    name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
                 fam[name] = ov
         families["routing"] = fam
     if "stress" in preset:
@@ -302,7 +328,9 @@ PAPER_FIGURES: tuple[str, ...] = (
 )
 # The same Countdown figures drawn from the stress regime's runs (presets with a `stress` section).
 STRESS_FIGURES: tuple[str, ...] = tuple(f"{f}_stress" for f in PAPER_FIGURES if f != "fig2_reward_large")
-FIGURES: tuple[str, ...] = PAPER_FIGURES + STRESS_FIGURES
+# Beyond the paper: the train-inference mismatch of the routing family's runs (docs/mismatch.md).
+EXTRA_FIGURES: tuple[str, ...] = ("fig9_mismatch",)
+FIGURES: tuple[str, ...] = PAPER_FIGURES + STRESS_FIGURES + EXTRA_FIGURES
 TABLES: tuple[str, ...] = ("table_main", "table_countdown", "table_efficiency", "table_claims")
 TARGETS: tuple[str, ...] = FIGURES + TABLES
 
@@ -316,6 +344,7 @@ NEEDS: dict[str, str] = {
     "fig6_mechanism": "a `plugin` or `main` grid family",
     "fig7_entropy": "a `plugin` or `main` grid family",
     "fig8_routing": "a `routing` grid family",
+    "fig9_mismatch": "a `routing` grid family with rows beyond the paper (rollout_replay, tis, rs+tis)",
     "table_main": "a `main` grid family",
     "table_countdown": "Countdown runs",
     "table_efficiency": "a pretrained Countdown model (a `pretrain` section; `rspo bench` measures it)",
@@ -359,6 +388,8 @@ class Run:
     routing: str
     regime: str = "natural"
     """natural, or stress (the preset's `stress` overlay; names prefixed stress-)."""
+    rollout_correction: str = "none"
+    """Train-inference mismatch correction (beyond the paper; rspo.losses.rollout_correction)."""
 
     @property
     def method(self) -> str:
@@ -376,8 +407,16 @@ def method_label(run: Run, default_gamma: float = 0.8) -> str:
 def _method_label(run: Run, default_gamma: float) -> str:
     base = run.algo.upper()
     if run.routing != "none":
-        label = {"freeze": "Router freeze", "logit_replay": "Logit replay", "index_replay": "Index replay"}[run.routing]
-        return f"{label} ({base})"
+        label = {
+            "freeze": "Router freeze",
+            "logit_replay": "Logit replay",
+            "index_replay": "Index replay",
+            "rollout_replay": "R3 rollout replay",
+        }[run.routing]
+        return f"{label} ({base})" + (" [beyond the paper]" if run.routing == "rollout_replay" else "")
+    if run.rollout_correction != "none":
+        corr = CORRECTION_NAMES[run.rollout_correction].upper()
+        return f"{base}{'+RS' if run.router_shift else ''}+{corr} [beyond the paper]"
     if not run.router_shift:
         return base
     label = "RSPO (GMPO+RS)" if run.algo == "gmpo" else f"{base}+RS"
@@ -443,6 +482,7 @@ class Plan:
                     stop_gradient=bool(a["stop_gradient"]),
                     routing=a["routing"],
                     regime=str(ov.get("regime", "natural")),
+                    rollout_correction=str(a.get("rollout_correction", "none")),
                 )
 
     # ------------------------------------------------------------------ loading
@@ -499,6 +539,12 @@ class Plan:
                     if (self.runs[n].algo, self.runs[n].router_shift) in (("grpo", False), ("gmpo", True))
                 ]
             return paper_four(first)
+        if figure == "fig9_mismatch":  # the routing family, when it holds the rows beyond the paper
+            names = self._family_runs("fig8_routing")
+            beyond = any(
+                self.runs[n].routing == "rollout_replay" or self.runs[n].rollout_correction != "none" for n in names
+            )
+            return names if beyond else []
         names = self._family_runs(figure)
         if figure in ("fig1_reward", "fig7_entropy"):
             names = paper_four(names)

@@ -800,6 +800,18 @@ class RoutingMode(str, Enum):  # noqa: UP042 (a StrEnum would change str() and f
     FREEZE = "freeze"
     LOGIT_REPLAY = "logit_replay"
     INDEX_REPLAY = "index_replay"
+    ROLLOUT_REPLAY = "rollout_replay"
+    """R3 (beyond the paper): index replay of the experts the rollout ENGINE used, in the old pass and
+    the updates (the trainer feeds the engine's routing as the cache; the hook is index replay's)."""
+
+
+def routing_agreement(engine: Tensor, trainer: Tensor, valid: Tensor) -> tuple[int, int]:
+    """(agreeing, compared) (position, MoE layer) pairs whose top-K expert SETS are equal in two
+    routings of the same rows: ``engine`` and ``trainer`` (L, B, T, K), ``valid`` (B, T) positions to
+    compare (forwarded by both)."""
+    same = (engine.long().sort(dim=-1).values == trainer.long().sort(dim=-1).values).all(dim=-1)  # (L, B, T)
+    valid = valid.bool().to(same.device).expand_as(same)
+    return int((same & valid).sum()), int(valid.sum())
 
 
 @contextlib.contextmanager

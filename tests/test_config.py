@@ -170,13 +170,14 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
     import hashlib
     import json
 
-    from rspo.config import EXECUTION_ONLY
+    from rspo.config import ADDED_LATER, EXECUTION_ONLY
 
     cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0")
     assert (cfg.data.template, cfg.data.enable_thinking) == ("auto", None)
+    assert {"data.template", "data.enable_thinking"} <= set(ADDED_LATER)
     # a run configured before these settings existed has the same fingerprint as before
     d = cfg.to_dict()
-    for key in EXECUTION_ONLY + ("data.template", "data.enable_thinking"):
+    for key in EXECUTION_ONLY + tuple(ADDED_LATER):
         section, name = key.split(".")
         d[section].pop(name, None)
     assert cfg.fingerprint() == hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]

@@ -12,6 +12,8 @@ from rspo.router import OldRouterCache, RoutingMode, forward_with_router_cache
 from rspo.train.forward import policy_forward, window
 
 G = 3
+# the modes that route from a cache (rollout replay: from the engine's experts, here the old pass's)
+REPLAY = (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY, RoutingMode.ROLLOUT_REPLAY)
 
 
 def layout(seed: int = 0, n_prompts: int = 2, P: int = 6, R: int = 5, vocab: int = 64):
@@ -78,7 +80,7 @@ def run(model, ids, attn, resp, P, share, routing=RoutingMode.NONE, cache=None, 
 def test_shared_prompt_forward_equals_the_plain_forward(arch, routing):
     model = make_tiny_moe(arch, top_k=2 if arch == "mixtral" else 1, num_experts=4).train()
     ids, attn, resp, P = layout()
-    cache = old_cache(model, ids, attn) if routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY) else None
+    cache = old_cache(model, ids, attn) if routing in REPLAY else None
     a, win_a, ga = run(model, ids, attn, resp, P, True, routing, cache)
     b, win_b, gb = run(model, ids, attn, resp, P, False, routing, cache)
     assert win_a == win_b == window(attn, resp, P)
@@ -146,7 +148,7 @@ def test_gradient_checkpointing_gives_the_forward_and_gradients_of_the_plain_bac
 
     model = make_tiny_moe(arch, top_k=2 if arch == "mixtral" else 1, num_experts=4).train()
     ids, attn, resp, P = layout(seed=5)
-    cache = old_cache(model, ids, attn) if routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY) else None
+    cache = old_cache(model, ids, attn) if routing in REPLAY else None
 
     def grads_of(checkpointing: bool):
         if checkpointing:

@@ -375,3 +375,141 @@ def test_group_advantages_errors():
         group_advantages(torch.zeros(2, 3), 3)
     with pytest.raises(ValueError, match="rewards"):
         group_advantages(torch.tensor([1.0, float("nan")]), 2)
+
+
+# ---------------------------------------------------------------------------- train-inference mismatch
+
+
+def _ragged(seed=0):
+    """Responses of lengths 5, 2, 4 and 0 (padding holding garbage), ratios on both sides of the bounds."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = 4, 5
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for i, n in enumerate((5, 2, 4, 0)):
+        mask[i, :n] = True
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    engine = old + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.9
+    engine = engine + torch.tensor([[-0.5], [0.6], [0.0], [0.0]], dtype=torch.float64)  # sequence ratios > 2, < 0.5
+    new = (old + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.1).requires_grad_(True)
+    adv = torch.tensor([1.0, -0.5, 0.7, 0.3], dtype=torch.float64)
+    garbage = torch.full((B, T), float("nan"), dtype=torch.float64)
+    return (
+        torch.where(mask, new, garbage.detach()),
+        torch.where(mask, old, garbage),
+        torch.where(mask, engine, garbage),
+        adv,
+        mask,
+    )
+
+
+def _omega_reference(mode, old, engine, mask, low, high):
+    """omega by hand, row by row (rspo.losses' module docstring)."""
+    B, T = mask.shape
+    omega = [[0.0] * T for _ in range(B)]
+    for i in range(B):
+        toks = [t for t in range(T) if mask[i, t]]
+        seq = math.exp(sum(float(old[i, t] - engine[i, t]) for t in toks))
+        for t in toks:
+            rho = seq if mode.startswith("sequence") else math.exp(float(old[i, t] - engine[i, t]))
+            if mode.endswith("truncate"):
+                omega[i][t] = min(rho, high)
+            else:
+                omega[i][t] = rho if low <= rho <= high else 0.0
+    return omega
+
+
+def _loss_reference(algo, new, old, adv, mask, omega, clip_low, clip_high):
+    """The three objectives with omega, by hand (loops over responses and tokens)."""
+    per_seq = []
+    for i in range(mask.shape[0]):
+        toks = [t for t in range(mask.shape[1]) if mask[i, t]]
+        if not toks:
+            continue
+        A = float(adv[i])
+        logw = [new[i, t] - float(old[i, t]) for t in toks]
+        om = [omega[i][t] for t in toks]
+        if algo == "grpo":
+            terms = []
+            for lw, o in zip(logw, om):
+                r = torch.exp(lw)
+                terms.append(-o * torch.minimum(r * A, r.clamp(1 - clip_low, 1 + clip_high) * A))
+            per_seq.append(sum(terms) / len(terms))
+        elif algo == "gspo":
+            s = torch.exp(sum(logw) / len(logw))
+            per_seq.append(-torch.minimum(s * A, s.clamp(1 - clip_low, 1 + clip_high) * A) * (sum(om) / len(om)))
+        else:
+            clipped = [
+                torch.minimum(lw, lw.clamp(-clip_low, clip_high))
+                if A >= 0
+                else torch.maximum(lw, lw.clamp(-clip_low, clip_high))
+                for lw in logw
+            ]
+            s = torch.exp(sum(clipped) / len(clipped))
+            per_seq.append(-A * s * (sum(om) / len(om)))
+    return sum(per_seq) / len(per_seq)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gspo", "gmpo"])
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+def test_rollout_corrections_equal_their_hand_written_references(algo, mode):
+    """TIS, icepop and MIS (token and sequence level) on a ragged batch: the weights and the loss and its
+    gradient, with RS on top (gamma binding on some tokens): the weight multiplies the clipped objective."""
+    from rspo.losses import rollout_correction
+
+    new, old, engine, adv, mask = _ragged()
+    low, high = 0.5, 2.0
+    omega = rollout_correction(mode, old, engine, mask, low, high)
+    want = _omega_reference(mode, old, engine, mask, low, high)
+    assert torch.allclose(omega, torch.tensor(want, dtype=omega.dtype), atol=1e-9)
+    assert 0 < float((omega[mask] == high).sum() + (omega[mask] == 0).sum())  # a bound is reached
+    clip_low, clip_high = DEFAULT_CLIP[algo]
+    gamma = torch.where(mask, torch.tensor(0.9, dtype=torch.float64), torch.ones((), dtype=torch.float64))
+    gamma[0, :2] = 0.7  # below gamma_min: floored
+    loss, m = compute_policy_loss(
+        algo,
+        new,
+        old,
+        adv,
+        mask,
+        gamma=gamma,
+        engine_log_prob=engine,
+        correction=mode,
+        correction_low=low,
+        correction_high=high,
+    )
+    log_gamma = torch.log(gamma.clamp(min=0.8))
+    ref = _loss_reference(algo, new + log_gamma, old, adv, mask, want, clip_low, clip_high)
+    assert float(loss) == pytest.approx(float(ref), rel=1e-9, abs=1e-12)
+    (g1,) = torch.autograd.grad(loss, new)
+    (g2,) = torch.autograd.grad(ref, new)
+    torch.testing.assert_close(torch.where(mask, g1, 0), torch.where(mask, g2, 0))
+    assert m["rollout_corr/weight_mean"] == pytest.approx(float(omega[mask].mean()))
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gspo", "gmpo"])
+def test_no_correction_is_the_plain_loss_bit_for_bit(algo):
+    new, old, engine, adv, mask = _ragged()
+    a, _ = compute_policy_loss(algo, new, old, adv, mask)
+    b, _ = compute_policy_loss(algo, new, old, adv, mask, engine_log_prob=engine, correction="none")
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="needs engine_log_prob"):
+        compute_policy_loss(algo, new, old, adv, mask, correction="token_truncate")
+
+
+def test_mismatch_metrics_hand_computed():
+    from rspo.losses import mismatch_metrics
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    old = torch.tensor([[-1.0, -2.0, 9.0], [-0.5, 9.0, 9.0]], dtype=torch.float64)
+    eng = torch.tensor([[-1.5, -1.0, 0.0], [-0.5, 0.0, 0.0]], dtype=torch.float64)
+    r = [0.5, -1.0, 0.0]  # old - engine on the response tokens
+    m = mismatch_metrics(old, eng, mask)
+    assert m["rollout_corr/kl"] == pytest.approx(-sum(r) / 3)
+    assert m["rollout_corr/k3_kl"] == pytest.approx(sum(math.exp(x) - 1 - x for x in r) / 3)
+    assert m["rollout_corr/chi2_token"] == pytest.approx(sum(math.exp(2 * x) for x in r) / 3 - 1)
+    assert m["rollout_corr/chi2_seq"] == pytest.approx((math.exp(2 * -0.5) + math.exp(0.0)) / 2 - 1)
+    assert m["rollout_corr/max_abs_logp_diff"] == pytest.approx(1.0)
+    assert m["rollout_corr/ratio_outside_frac"] == pytest.approx(1 / 3)  # e^-1 < 0.5
+    assert m["rollout_corr/training_ppl"] == pytest.approx((math.exp(1.5) + math.exp(0.5)) / 2)
+    assert m["rollout_corr/rollout_ppl"] == pytest.approx((math.exp(1.25) + math.exp(0.5)) / 2)
+    assert m["rollout_corr/ppl_ratio"] == pytest.approx((math.exp(0.25) + 1.0) / 2)

@@ -47,6 +47,8 @@ def write_fake_run(runs_dir: Path, plan: Plan, name: str, steps: int = 6, val_ev
                 "router/shift_ratio_mean": 1.0 - 0.05 * rng.random(),
                 "router/shift_clipfrac": 0.05 * rng.random(),
                 "response_length/mean": 20 + rng.random(),
+                "rollout_corr/k3_kl": 1e-5 * rng.random(),
+                "rollout_corr/routing_agreement": 1.0 - 0.01 * rng.random(),
                 "perf/step_s": 1.0,
             }
         )

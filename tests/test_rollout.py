@@ -79,10 +79,12 @@ class FakeEngine:
         self.params = params
         for i, p in enumerate(prompts):
             params = params[i] if isinstance(params, list) else params
-            comps = [
-                SimpleNamespace(token_ids=[10 + j] * (2 * j + 1) + ([self.eos] if j % 2 == 0 else []))
-                for j in range(params.n)
-            ]
+            comps = []
+            for j in range(params.n):
+                ids = [10 + j] * (2 * j + 1) + ([self.eos] if j % 2 == 0 else [])
+                # vLLM's sample log-probs: one {token: Logprob} per position (logprobs=0: the sampled token)
+                logprobs = [{t: SimpleNamespace(logprob=-0.1 * (k + 1))} for k, t in enumerate(ids)]
+                comps.append(SimpleNamespace(token_ids=ids, logprobs=logprobs))
             outs.append(SimpleNamespace(prompt_token_ids=list(p["prompt_token_ids"]), outputs=comps))
         return outs
 
@@ -236,6 +238,10 @@ def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     assert batch.response_mask[1].tolist() == [1, 1, 1]
     assert batch.input_ids[0, P + 1].item() == tok.eos_token_id
     assert batch.input_ids[0, P + 2].item() == tok.pad_token_id
+    # the engine's log-prob of each sampled token, 0 on padding; asked for as processed log-probs
+    assert batch.engine_logp[0].tolist() == pytest.approx([-0.1, -0.2, 0.0])
+    assert batch.engine_logp[1].tolist() == pytest.approx([-0.1, -0.2, -0.3])
+    assert all(q.logprobs == 0 for q in engine.params)
     # one seeded request per prompt, seeded by the global row of its first response
     assert [q.seed for q in engine.params] == [row_seed(3, 0), row_seed(3, 2)]
     assert [(q.top_p, q.top_k) for q in engine.params] == [(1.0, 0)] * 2

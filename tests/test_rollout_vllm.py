@@ -81,8 +81,8 @@ def case_mix(batch, tok, max_tokens: int = 12) -> bool:
 
 
 def test_a_resumed_run_samples_from_the_checkpoint_not_the_base(tmp_path, monkeypatch):
-    """The engine is built from model.path (the base); a resumed Trainer loads its last checkpoint
-    into the training model and must sync the engine before the first rollout."""
+    """A resumed Trainer loads its last checkpoint into the training model before it builds the
+    engine, which then starts from the restored weights, not from model.path (the base)."""
     from rspo.models import load_model
     from rspo.train.trainer import Trainer
 
@@ -101,9 +101,8 @@ def test_a_resumed_run_samples_from_the_checkpoint_not_the_base(tmp_path, monkey
         Trainer(cfg, tmp_path / "run", quiet=True, task=digit_task()).run()
     monkeypatch.setattr(Trainer, "train_step", real_step)
     gc.collect()
-    resumed = Trainer(cfg, tmp_path / "run", quiet=True, task=digit_task())
-    resumed._prepare_folder()  # what run() does first: restore the last checkpoint
-    assert resumed.step == 2
+    resumed = Trainer(cfg, tmp_path / "run", quiet=True, task=digit_task())  # restores the last checkpoint,
+    assert resumed.step == 2  # then builds the engine from the restored weights
     base = load_model(assets / "base", dtype="float32", device="cpu").eval()
     check = engine_logprobs(resumed.backend, resumed.model)
     assert check.ok, check

@@ -18,6 +18,7 @@ raw curve, and the note says "1 seed". One colour per base algorithm, +RS dashed
 | fig6_mechanism | Fig. 6 | router/shift_ratio_mean, router/shift_clipfrac, actor/ppo_kl, actor/pg_clipfrac |
 | fig7_entropy | Fig. 7 | actor/entropy |
 | fig8_routing | Fig. 8 | critic/score/mean, val/<set>/score |
+| fig9_mismatch | beyond the paper | rollout_corr/k3_kl, rollout_corr/routing_agreement, critic/score/mean |
 
 ``<figure>_stress`` draws the same figure from the stress regime's runs (presets with a
 ``stress`` section; not in the paper).
@@ -54,6 +55,8 @@ METRIC_LABELS = {
     "router/shift_clipfrac": "Router-shift clipfrac (γ < γmin)",
     "actor/ppo_kl": "ppo_kl",
     "actor/pg_clipfrac": "pg_clipfrac",
+    "rollout_corr/k3_kl": "KL(engine || trainer), k3",
+    "rollout_corr/routing_agreement": "Routing agreement (engine, old pass)",
 }
 
 
@@ -129,6 +132,8 @@ def run_style(figure: str, run: Run, plan: Plan, gammas: list[float]) -> tuple[s
         color = style.ALGO_COLORS[run.algo] if run.stop_gradient else style.NOSG_COLOR
     elif run.routing != "none":
         color = style.ROUTING_COLORS[run.routing]
+    elif run.rollout_correction != "none":
+        color = style.CORRECTION_COLOR
     return label, color, dash
 
 
@@ -148,6 +153,8 @@ def panels_for(figure: str, plan: Plan, runs: list[str]) -> list[Panel]:
         return [Panel(m) for m in metrics]
     if figure == "fig7_entropy":
         return [Panel("actor/entropy")]
+    if figure == "fig9_mismatch":
+        return [Panel("rollout_corr/k3_kl"), Panel("rollout_corr/routing_agreement"), Panel(REWARD)]
     raise ValueError(f"unknown figure {figure!r}; choose one of {list(FIGURES)}")
 
 

@@ -47,7 +47,13 @@ PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": None, "Creato
 _PALETTE = sns.color_palette("colorblind", 10)
 # One colour per base algorithm; +RS reuses it with a dashed line.
 ALGO_COLORS = {"grpo": _PALETTE[0], "gspo": _PALETTE[1], "gmpo": _PALETTE[2]}
-ROUTING_COLORS = {"freeze": _PALETTE[4], "logit_replay": _PALETTE[5], "index_replay": _PALETTE[7]}
+ROUTING_COLORS = {
+    "freeze": _PALETTE[4],
+    "logit_replay": _PALETTE[5],
+    "index_replay": _PALETTE[7],
+    "rollout_replay": _PALETTE[8],
+}
+CORRECTION_COLOR = _PALETTE[9]  # TIS and RS+TIS (dashed with RS), beyond the paper
 NOSG_COLOR = _PALETTE[3]
 
 

@@ -15,6 +15,13 @@ class RolloutBatch:
     prompt_width: int  # P
     response_mask: torch.Tensor  # (B, R) float: 1 up to and including the first EOS
     responses: list[str]  # decoded responses (special tokens skipped), len B
+    engine_logp: torch.Tensor | None = None
+    """(B, R) float32: each sampled token's log-prob under the engine's policy, the full
+    temperature-scaled distribution (what the trainer's old pass scores); 0 on padding."""
+    routed_experts: torch.Tensor | None = None
+    """(L, B, P + R, K) the experts the engine routed each position to, per MoE layer (the
+    old-router cache's index layout, rspo.router.OldRouterCache); a position the engine never
+    forwarded (the last sampled token, padding) holds experts 0..K-1, which nothing reads."""
 
     @property
     def response_ids(self) -> torch.Tensor:  # (B, R)
@@ -35,13 +42,32 @@ class RolloutBatch:
         return prompts, responses
 
     def select(self, rows: torch.Tensor) -> RolloutBatch:
+        routed = self.routed_experts
         return RolloutBatch(
             input_ids=self.input_ids[rows],
             attention_mask=self.attention_mask[rows],
             prompt_width=self.prompt_width,
             response_mask=self.response_mask[rows],
             responses=[self.responses[int(i)] for i in rows],
+            engine_logp=None if self.engine_logp is None else self.engine_logp[rows],
+            routed_experts=None if routed is None else routed[:, rows.to(routed.device)],
         )
+
+    def row_extras(self) -> tuple[list[list[float]] | None, list[torch.Tensor] | None]:
+        """Per row, what the engine reported beside the tokens, without padding: the response tokens'
+        log-probs, and the routing of the prompt and response positions (L, len, K), so that rows
+        gathered from several ranks can be laid out again (``pack_rows``)."""
+        P = self.prompt_width
+        attn = self.attention_mask.cpu().bool()
+        resp = self.response_mask.cpu().bool()
+        logp = routing = None
+        if self.engine_logp is not None:
+            lp = self.engine_logp.cpu()
+            logp = [lp[i][resp[i]].tolist() for i in range(len(lp))]
+        if self.routed_experts is not None:
+            r = self.routed_experts.cpu()
+            routing = [r[:, i, torch.cat([attn[i, :P], resp[i]])] for i in range(r.shape[1])]
+        return logp, routing
 
 
 class RolloutBackend(Protocol):
@@ -90,10 +116,14 @@ def pack_rows(
     tokenizer,
     texts: list[str] | None = None,
     device: torch.device | str = "cpu",
+    logp_rows: list[list[float]] | None = None,
+    routing_rows: list[torch.Tensor] | None = None,
 ) -> RolloutBatch:
     """The canonical batch layout from token lists: prompts left-padded to the longest prompt,
     responses right-padded to the longest response (at least 1), tokens after the first EOS
-    masked and replaced by the pad token. ``texts`` default to the decoded responses."""
+    masked and replaced by the pad token. ``texts`` default to the decoded responses.
+    ``logp_rows`` (the engine's log-prob of each response token) and ``routing_rows`` (per row an
+    (L, prompt + response length, K) tensor of the engine's experts) are laid out the same way."""
     if len(prompt_rows) != len(response_rows) or not prompt_rows:
         raise ValueError(
             f"need as many prompt rows as response rows (> 0), got {len(prompt_rows)} and {len(response_rows)}"
@@ -116,7 +146,23 @@ def pack_rows(
     ids[:, P:] = torch.where(response_mask.bool(), response_ids, torch.full_like(response_ids, pad))
     if texts is None:
         texts = tokenizer.batch_decode(ids[:, P:], skip_special_tokens=True)
-    return RolloutBatch(ids.to(device), attn.to(device), P, response_mask.to(device), list(texts))
+    engine_logp = routed = None
+    if logp_rows is not None:
+        engine_logp = torch.zeros(len(prompt_rows), R)
+        for i, lp in enumerate(logp_rows):
+            engine_logp[i, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+        engine_logp = engine_logp * response_mask  # (B, R) 0 after the first stop token
+    if routing_rows is not None:
+        L, _, K = routing_rows[0].shape
+        routed = no_routing(L, len(prompt_rows), P + R, K, routing_rows[0].dtype)
+        for i, (p, r, rt) in enumerate(zip(prompt_rows, response_rows, routing_rows)):
+            routed[:, i, P - len(p) : P + len(r)] = rt[:, : len(p) + len(r)]
+    return RolloutBatch(ids.to(device), attn.to(device), P, response_mask.to(device), list(texts), engine_logp, routed)
+
+
+def no_routing(layers: int, rows: int, width: int, top_k: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """(L, B, T, K) experts 0..K-1 everywhere: the routing of positions no engine forwarded."""
+    return torch.arange(top_k, dtype=dtype).expand(layers, rows, width, top_k).clone()
 
 
 def stop_token_ids(tokenizer) -> list[int]:

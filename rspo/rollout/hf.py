@@ -42,7 +42,7 @@ from collections.abc import Callable
 import torch
 
 from rspo.models import position_ids_from_mask
-from rspo.rollout.base import RolloutBatch, check_sampling, response_mask_from_ids, stop_token_ids
+from rspo.rollout.base import RolloutBatch, check_sampling, no_routing, response_mask_from_ids, stop_token_ids
 from rspo.seeding import row_seed, uniform_noise
 
 
@@ -94,7 +94,12 @@ class HFBackend:
         seed: int = 0,
         row_offset: int = 0,
         top_k: int = 0,
+        record_routing: bool = False,
     ) -> RolloutBatch:
+        """Rows as the RolloutBackend protocol says, with each sampled token's log-prob under the full
+        temperature-scaled distribution (``engine_logp``) and, with ``record_routing``, the experts
+        every forwarded position was routed to (``routed_experts``: the prompt's in the prefill, each
+        response token's when it is fed back; the last sampled token is never forwarded)."""
         if not prompts:
             raise ValueError("prompts: empty")
         if max_new_tokens < 1:
@@ -112,6 +117,8 @@ class HFBackend:
         sample = temperature > 0
         seeds = torch.tensor([row_seed(seed, row_offset + i) for i in range(B)], device=device)  # (B,)
         out = torch.full((B, max_new_tokens), tok.pad_token_id, dtype=torch.long, device=device)  # (B, R)
+        out_logp = torch.zeros(B, max_new_tokens, device=device)  # (B, R) the engine's log-prob of each token
+        routing = _Routing(self.model, B, P, max_new_tokens, n) if record_routing else None
         was_training = self.model.training
         self.model.eval()
         attn_impl = getattr(self.model.config, "_attn_implementation", None)
@@ -136,11 +143,14 @@ class HFBackend:
                 )
                 cache = fwd.past_key_values
                 logits = fwd.logits[:, -1].float()  # (b, V)
+                if routing is not None:
+                    routing.record(t, active)
                 if t == 0:  # one prefill per prompt, then n rows per prompt share its cache
                     cache.batch_repeat_interleave(n)
                     logits = logits.repeat_interleave(n, dim=0)
                     attn = attn.repeat_interleave(n, dim=0)
                     step_pos = step_pos.repeat_interleave(n, dim=0)
+                full = torch.log_softmax(logits / temperature if sample else logits, dim=-1)  # (b, V)
                 if sample:
                     logits = logits / temperature
                     if top_k > 0:
@@ -152,6 +162,7 @@ class HFBackend:
                 else:
                     nxt = logits.argmax(dim=-1)
                 out[active, t] = nxt
+                out_logp[active, t] = full.gather(1, nxt[:, None]).squeeze(1)
                 steps = t + 1
                 finished = finished | torch.isin(nxt, stop)  # (b,)
                 if self.all_done(bool(finished.all())):
@@ -173,6 +184,8 @@ class HFBackend:
                 step_pos = step_pos[:, -1:] + 1
                 attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
         finally:
+            if routing is not None:
+                routing.close()
             self.model.train(was_training)
             if decode_impl != attn_impl:
                 self.model.set_attn_implementation(attn_impl)
@@ -183,4 +196,37 @@ class HFBackend:
         full = torch.cat([input_ids, response_ids], dim=1)
         full_mask = torch.cat([prompt_attn.repeat_interleave(n, dim=0), response_mask.to(prompt_attn.dtype)], dim=1)
         texts = tok.batch_decode(response_ids, skip_special_tokens=True)
-        return RolloutBatch(full, full_mask, P, response_mask, texts)
+        engine_logp = out_logp[:, :steps] * response_mask  # (B, R)
+        routed = routing.result(steps) if routing is not None else None
+        return RolloutBatch(full, full_mask, P, response_mask, texts, engine_logp, routed)
+
+
+class _Routing:
+    """The experts each forwarded position of a generation was routed to (rspo.router's capture):
+    the prefill's P prompt positions, repeated for the n rows of a prompt, then at step t >= 1 the
+    response token fed back, at position P + t - 1, for the rows still decoding."""
+
+    def __init__(self, model, rows: int, prompt_width: int, max_new_tokens: int, n: int) -> None:
+        from rspo.router import capture_router_logits, router_spec
+
+        spec = router_spec(model)
+        self.P, self.n = prompt_width, n
+        self.routed = no_routing(spec.num_moe_layers, rows, prompt_width + max_new_tokens, spec.top_k)
+        self._ctx = capture_router_logits(model, detach=True)
+        self.cap = self._ctx.__enter__()
+
+    def record(self, t: int, active: torch.Tensor) -> None:
+        for layer, idx in enumerate(self.cap.indices):
+            idx = idx.to("cpu", self.routed.dtype)
+            if t == 0:  # (N*P, K) of the prompts, before their rows are repeated
+                per_prompt = idx.view(-1, self.P, idx.shape[-1]).repeat_interleave(self.n, dim=0)
+                self.routed[layer, :, : self.P] = per_prompt
+            else:
+                self.routed[layer, active.cpu(), self.P + t - 1] = idx
+        self.cap.clear()
+
+    def close(self) -> None:
+        self._ctx.__exit__(None, None, None)
+
+    def result(self, steps: int) -> torch.Tensor:
+        return self.routed[:, :, : self.P + steps]

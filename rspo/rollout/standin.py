@@ -93,8 +93,10 @@ class StandInBackend:
         seed: int = 0,
         row_offset: int = 0,
         top_k: int = 0,
+        record_routing: bool = False,
     ) -> RolloutBatch:
-        """n rows per prompt of prompt_tokens + min(max_new_tokens, response_tokens) random tokens."""
+        """n rows per prompt of prompt_tokens + min(max_new_tokens, response_tokens) random tokens (no
+        log-probs and no routing are reported: the stand-in samples nothing)."""
         if not prompts:
             raise ValueError("prompts: empty")
         self.sleeper.wake()

@@ -141,6 +141,7 @@ def engine_kwargs(
     sleep: bool = False,
     enforce_eager: bool = False,
     load_format: str = "dummy",
+    return_routing: bool = False,
 ) -> dict:
     """``vllm.LLM`` arguments for a colocated engine: CPU vs GPU, one process vs torchrun (one
     engine per rank, or one per tensor-parallel group of ranks: rspo.rollout.colocate)."""
@@ -151,7 +152,10 @@ def engine_kwargs(
         max_model_len=max_model_len,
         enable_prefix_caching=True,
         load_format=load_format,  # dummy: the weights come through sync_weights (see VLLMBackend)
+        logprobs_mode="processed_logprobs",  # sampled tokens' log-probs after temperature (the trainer's)
     )
+    if return_routing:  # rollout routing replay (R3): the experts of every position (GPU only)
+        kw.update(enable_return_routed_experts=True)
     if _on_cpu():
         kw.update(
             enforce_eager=True,
@@ -177,6 +181,20 @@ def engine_kwargs(
     elif tensor_parallel_size > 1:  # one process (evaluation): vLLM starts its own workers on the GPUs
         kw.update(tensor_parallel_size=tensor_parallel_size)
     return kw
+
+
+def routed_experts_of(completion, length: int) -> torch.Tensor:
+    """(L, length, K) the experts vLLM routed a sequence's positions to (GPU only, untested here).
+
+    With ``enable_return_routed_experts=True`` vLLM (0.22 on) fills ``CompletionOutput.routed_experts``
+    on the finished output: an array [positions, layers, top-k] (uint8 for <= 256 experts, else uint16)
+    over the prompt and every generated token but the last, which was never forwarded; that last
+    position gets experts 0..K-1 here (nothing reads it: its output predicts no scored token)."""
+    arr = torch.as_tensor(completion.routed_experts)  # (positions, L, K)
+    pos, L, K = arr.shape
+    out = torch.arange(K, dtype=torch.int16 if arr.dtype != torch.uint8 else torch.uint8).expand(L, length, K).clone()
+    out[:, :pos] = arr.permute(1, 0, 2).to(out.dtype)
+    return out
 
 
 def check_cpu_head_size(model_path: str) -> None:
@@ -275,6 +293,7 @@ class VLLMBackend:
         tensor_parallel_size: int = 1,
         sleep: bool = False,
         enforce_eager: bool = False,
+        return_routing: bool = False,
         engine=None,
         sampling_params_cls=None,
         on_cpu: bool | None = None,
@@ -309,6 +328,7 @@ class VLLMBackend:
                     sleep=sleep,
                     enforce_eager=enforce_eager,
                     load_format="auto" if own_workers else "dummy",
+                    return_routing=return_routing and not on_cpu,
                 )
             )
             self.engine = engine
@@ -371,9 +391,15 @@ class VLLMBackend:
         seed: int = 0,
         row_offset: int = 0,
         top_k: int = 0,
+        record_routing: bool = False,
     ) -> RolloutBatch:
         """One SamplingParams per prompt, seeded by the global row of the prompt's first response,
-        so a prompt's n responses do not depend on how prompts are split over calls or ranks."""
+        so a prompt's n responses do not depend on how prompts are split over calls or ranks. Each
+        sampled token's log-prob comes with it (``logprobs=0``; the engine is built with
+        ``logprobs_mode="processed_logprobs"``, after temperature and any top-k/top-p: with neither,
+        as in training, the full temperature-scaled distribution the trainer scores). With
+        ``record_routing`` the experts vLLM routed each position to (``routed_experts``; GPU only:
+        ``routed_experts_of``)."""
         if not prompts:
             raise ValueError("prompts: empty")
         if max_new_tokens < 1:
@@ -389,17 +415,36 @@ class VLLMBackend:
                 max_tokens=max_new_tokens,
                 seed=row_seed(seed, row_offset + i * n),
                 stop_token_ids=self.stop_ids,
+                logprobs=0,
             )
             for i in range(len(prompts))
         ]
+        if record_routing and self.on_cpu:
+            raise ValueError(
+                "rollout routing replay with the vllm backend needs a GPU: vLLM 0.32's CPU build refuses "
+                "enable_return_routed_experts (Model Runner V2 needs Triton, which has no CPU backend); "
+                "use the hf backend on a CPU"
+            )
         # the hf backend's tokenisation (special tokens added as the tokenizer does), as token ids
         enc = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
         outputs = self.engine.generate([{"prompt_token_ids": ids} for ids in enc], params, use_tqdm=False)
         prompt_rows: list[list[int]] = []
         resp_rows: list[list[int]] = []
+        logp_rows: list[list[float]] = []
+        routing_rows: list[torch.Tensor] = []
         for req in outputs:
             for comp in req.outputs:
                 prompt_rows.append(list(req.prompt_token_ids))
                 resp_rows.append(list(comp.token_ids))
+                logp_rows.append([comp.logprobs[i][t].logprob for i, t in enumerate(comp.token_ids)])
+                if record_routing:
+                    routing_rows.append(routed_experts_of(comp, len(req.prompt_token_ids) + len(comp.token_ids)))
         device = next(self.model.parameters()).device if self.model is not None else torch.device("cpu")
-        return pack_rows(prompt_rows, resp_rows, self.tokenizer, device=device)
+        return pack_rows(
+            prompt_rows,
+            resp_rows,
+            self.tokenizer,
+            device=device,
+            logp_rows=logp_rows,
+            routing_rows=routing_rows or None,
+        )

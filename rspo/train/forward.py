@@ -93,7 +93,7 @@ def policy_forward(
     P = prompt_width
     lo, hi = window(attention_mask, response_mask, P)
     ids, attn = input_ids[:, lo:hi], attention_mask[:, lo:hi]
-    replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY)
+    replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY, RoutingMode.ROLLOUT_REPLAY)
     win_cache = cache[:, lo:hi] if replay else None
 
     def scores(out_logits, targets, start, head):

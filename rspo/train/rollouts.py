@@ -40,6 +40,9 @@ class Rollouts:
         self.tp = cfg.rollout.tensor_parallel_size
         self.backend = None  # set once the model and the engine exist
         self.precision = None
+        # rollout routing replay needs the engine's experts; the hf backend reports them for the
+        # routing-agreement metric too (cheap: K bytes per token and MoE layer)
+        self.record_routing = cfg.algorithm.routing == "rollout_replay" or cfg.rollout.backend == "hf"
         train = load_records(task, cfg.data.train_path)
         val = {name: load_records(task, path) for name, path in cfg.data.val_paths.items()}
         if cfg.schedule.val_size:
@@ -67,9 +70,16 @@ class Rollouts:
         return kept
 
     def _precision(self):
-        if self.cfg.rollout.backend == "hf" and self.precision is not None:
+        """The hf backend decodes with the training model: in the compute dtype, or in rollout.dtype
+        when one is set (autocast to it: the engine's precision, unlike the trainer's)."""
+        if self.cfg.rollout.backend != "hf" or self.precision is None:
+            return contextlib.nullcontext()
+        dtype = self.cfg.rollout.dtype
+        if not dtype or dtype == self.cfg.model.dtype:
             return self.precision.autocast()
-        return contextlib.nullcontext()
+        if dtype == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.precision.device_type, dtype=getattr(torch, dtype))
 
     # ------------------------------------------------------------------ the step's prompts
 
@@ -105,6 +115,7 @@ class Rollouts:
             top_p=cfg.rollout.top_p,
             max_new_tokens=cfg.rollout.max_new_tokens,
             seed=derive_seed(cfg.seed, step, 1),
+            record_routing=self.record_routing,
         )
         with self._precision():
             if self.tp > 1:  # the group's prompts together, each rank keeps its rows (rspo.rollout.colocate)
@@ -126,13 +137,16 @@ class Rollouts:
         if not self.dist.enabled:
             return local, local_scored
         prompts, responses = local.token_rows()
-        parts = self.dist.all_gather_object((prompts, responses, local.responses, local_scored))
+        logp, routing = local.row_extras()  # the engine's log-probs and experts, if it reported them
+        parts = self.dist.all_gather_object((prompts, responses, local.responses, local_scored, logp, routing))
         batch = pack_rows(
             [p for part in parts for p in part[0]],
             [r for part in parts for r in part[1]],
             self.tokenizer,
             texts=[t for part in parts for t in part[2]],
             device=device,
+            logp_rows=None if logp is None else [x for part in parts for x in part[4]],
+            routing_rows=None if routing is None else [x for part in parts for x in part[5]],
         )
         return batch, [x for part in parts for x in part[3]]
 

@@ -81,6 +81,7 @@ from rspo.losses import (
     compute_policy_loss,
     group_advantages,
     masked_mean,
+    mismatch_metrics,
     seq_mean_token_mean,
 )
 from rspo.models import (
@@ -98,6 +99,7 @@ from rspo.router import (
     RoutingMode,
     router_shift_ratio,
     router_spec,
+    routing_agreement,
 )
 from rspo.seeding import derive_seed
 from rspo.tasks import Task, task_for
@@ -192,7 +194,7 @@ class Trainer:
         self.routing = RoutingMode(cfg.algorithm.routing)
         self.use_router_cache = (
             cfg.algorithm.router_shift
-            or self.routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY)
+            or self.routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY, RoutingMode.ROLLOUT_REPLAY)
             or cfg.tracking.router_diagnostics
         )
         # The first mini-batch of a step is on-policy: its update forward IS the old forward, so it
@@ -244,7 +246,8 @@ class Trainer:
             tensor_parallel_size=self.tp,
             sleep=cfg.rollout.vllm_sleep,
             enforce_eager=cfg.rollout.vllm_enforce_eager,
-            dtype=cfg.model.dtype,
+            return_routing=cfg.algorithm.routing == "rollout_replay",
+            dtype=cfg.rollout.dtype or cfg.model.dtype,
             seed=cfg.seed,
             all_done=all_done,
         )
@@ -341,7 +344,9 @@ class Trainer:
         cache: OldRouterCache | None = None,
     ):
         """``policy_forward`` of these rows (prompts shared per group, see rspo.train.forward); the
-        routing mode applies to update forwards only."""
+        routing mode applies to update forwards only, but rollout replay (R3), whose experts come
+        from the engine (``cache``: its routing), to the old pass too."""
+        replay_old = not update and self.routing is RoutingMode.ROLLOUT_REPLAY
         return policy_forward(
             self.model,
             batch.input_ids[rows],
@@ -352,7 +357,7 @@ class Trainer:
             temperature=self.cfg.rollout.temperature,
             with_entropy=with_entropy,
             capture=capture,
-            routing=self.routing if update else RoutingMode.NONE,
+            routing=self.routing if update or replay_old else RoutingMode.NONE,
             cache=cache[rows] if cache is not None else None,
             share_prompts=not self.cfg.model.gradient_checkpointing,
             autocast=self.precision.autocast,
@@ -393,6 +398,7 @@ class Trainer:
         old_logp = torch.zeros(B, R, device=self.device)
         entropy = torch.zeros(B, R, device=self.device)
         cache = self._new_cache(batch, mbs)
+        engine = self._engine_routing(batch) if self.routing is RoutingMode.ROLLOUT_REPLAY else None
         self.model.eval()
         for mb in order:
             for rows in self._micro_batches(mb):
@@ -401,10 +407,9 @@ class Trainer:
                         batch, self._local_rows(mb)[:1], with_entropy=False, capture=False, update=False
                     ):
                         continue
-                with self._forward(batch, rows, with_entropy=True, capture=cache is not None, update=False) as (
-                    out,
-                    (lo, hi),
-                ):
+                with self._forward(
+                    batch, rows, with_entropy=True, capture=cache is not None, update=False, cache=engine
+                ) as (out, (lo, hi)):
                     if cache is not None:
                         self._record_cache(cache, rows, out, lo, hi, T)
                     old_logp[rows, : hi - P] = out.logp
@@ -415,6 +420,37 @@ class Trainer:
             if cache is not None and self.cfg.schedule.ppo_epochs > 1:  # with one epoch a rank reads its own rows
                 cache.all_reduce(self.dist)
         return old_logp, entropy, cache
+
+    def _engine_routing(self, batch: RolloutBatch) -> OldRouterCache:
+        """The experts the rollout engine routed each position to, as an old-router cache (R3)."""
+        if batch.routed_experts is None:
+            raise ValueError(
+                "algorithm.routing=rollout_replay: the rollout backend reported no routing (the hf backend "
+                "records it; vLLM's needs a GPU and enable_return_routed_experts)"
+            )
+        idx = batch.routed_experts.to(dtype=torch.uint8 if self.spec.num_experts <= 256 else torch.int16)
+        return OldRouterCache(
+            indices=idx, logp=torch.zeros(idx.shape, dtype=torch.float16), num_experts=self.spec.num_experts
+        )
+
+    def _mismatch(self, batch: RolloutBatch, old_logp: torch.Tensor, cache: RowCache | None) -> dict[str, float]:
+        """The train-inference mismatch of the step (rspo.losses.mismatch_metrics) and, when the engine
+        reported its routing, the share of (position, MoE layer) whose experts the old pass chose too."""
+        if batch.engine_logp is None:
+            return {}
+        mask = batch.response_mask.bool()
+        out = mismatch_metrics(old_logp, batch.engine_logp.to(old_logp.device), mask)
+        if batch.routed_experts is not None and cache is not None:
+            rows = (cache.slot >= 0).nonzero().squeeze(1)  # the rows this rank's cache holds
+            attn = batch.attention_mask.cpu()[rows].bool()
+            last = attn.long().cumsum(1) == attn.sum(1, keepdim=True)  # each row's last token: never forwarded
+            agree, total = routing_agreement(batch.routed_experts[:, rows], cache[rows].indices, attn & ~last)
+            if self.dist.enabled and not (self.cfg.schedule.ppo_epochs > 1):  # each rank holds its own rows
+                counts = torch.tensor([agree, total], dtype=torch.float64)
+                self.dist.all_reduce_sum_(counts)
+                agree, total = float(counts[0]), float(counts[1])
+            out["rollout_corr/routing_agreement"] = agree / max(total, 1)
+        return out
 
     def _record_cache(self, cache: RowCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
         """The old router cache of ``rows`` from a forward's detached router logits and experts."""
@@ -472,6 +508,7 @@ class Trainer:
             gamma = response_slice(gamma_full, P - lo)  # (b, r)
         err = None
         try:
+            engine = batch.engine_logp
             loss, m = compute_policy_loss(
                 a.algo,
                 logp,
@@ -483,6 +520,10 @@ class Trainer:
                 stop_gradient=a.stop_gradient,
                 clip_low=a.clip_low,
                 clip_high=a.clip_high,
+                engine_log_prob=None if engine is None else engine[rows, :r].to(logp.device),
+                correction=a.rollout_correction,
+                correction_low=a.rollout_correction_low,
+                correction_high=a.rollout_correction_high,
             )
         except NonFiniteLogProbError as e:
             err, loss, m = str(e), None, {}
@@ -646,6 +687,7 @@ class Trainer:
                 "perf/update_tokens_per_s": float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / upd_s,
             }
         )
+        metrics.update(self._mismatch(batch, old_logp, cache))
         if cache is not None:
             metrics["router/cache_bytes"] = float(cache.nbytes)
             metrics["router/cache_bytes_per_entry"] = float(cache.bytes_per_entry)
