@@ -1,8 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make main   -> installs .venv, runs the small Countdown preset end to end (tables + figures)
 #   make test   -> installs .venv, runs the test suite (what CI runs: .ci/run)
-# and: make figures (every committed table and figure from the shipped run archive, no training),
-# make mlflow-ui (the study's runs in MLflow, from the archive right after a clone), make test-fast
+# and: make figures (every committed table and figure from the shipped run archive, no training, into
+# results/<preset>-archive), make mlflow-ui (your runs in MLflow, or the shipped study's), make test-fast
 # (the suite without the slow and slurm tests), make lint.
 PY ?= python3.11
 VENV := .venv
@@ -87,8 +87,9 @@ main-full: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) full=true
 
 # Every table and figure of docs/results/$(PRESET) rebuilt from its shipped run archive
-# (docs/results/$(PRESET)/archive.json + runs.tar.xz) into results/$(PRESET)/: no pretrain, train or
-# evaluate job (rspo/archive.py). ARCHIVE=docs/results/small-full FULL=true for the whole grid.
+# (docs/results/$(PRESET)/archive.json + runs.tar.xz) into results/$(PRESET)-archive/, beside (never
+# in) your own results/$(PRESET)/: no pretrain, train or evaluate job (rspo/archive.py).
+# ARCHIVE=docs/results/small-full FULL=true for the whole grid.
 ARCHIVE ?= docs/results/$(PRESET)
 FULL ?= false
 figures: venv
@@ -112,13 +113,23 @@ lint: venv
 	$(BIN)/snakefmt --check .
 	$(BIN)/snakemake --lint
 
-# mlflow ui on results/$(PRESET)/mlflow/mlflow.db; prints the address of the runs table. Right
-# after a clone (no results/$(PRESET)/runs yet) the shipped run archive is loaded first: make figures,
-# then mlflow-sync records every run, evaluation and the report run in the store.
+# mlflow ui, printing the address of the runs table (PORT=5000 by default). Your runs when you have
+# trained any, RL or pretraining (results/$(PRESET), experiment rspo-<preset>); otherwise, or with SHIPPED=1, the shipped
+# study (results/$(PRESET)-archive, experiment "rspo-<preset> (shipped study)": make figures first if
+# it is not unpacked yet). mlflow-sync first records what the result files hold and the store lacks.
+PORT ?= 5000
+SHIPPED ?=
 mlflow-ui: venv
-	test -d results/$(PRESET)/runs || $(MAKE) figures
-	$(BIN)/python -m rspo mlflow-sync --preset $(PRESET)
-	$(BIN)/python -m rspo mlflow-ui --preset $(PRESET)
+	@if [ -z "$(SHIPPED)" ] && { [ -d results/$(PRESET)/runs ] || [ -d results/$(PRESET)/models ]; }; then \
+		echo "make mlflow-ui: your runs (results/$(PRESET)); SHIPPED=1 shows the shipped study"; \
+		$(BIN)/python -m rspo mlflow-sync --preset $(PRESET) && \
+		$(BIN)/python -m rspo mlflow-ui --preset $(PRESET) --port $(PORT); \
+	else \
+		echo "make mlflow-ui: the shipped study (results/$(PRESET)-archive)"; \
+		{ test -d results/$(PRESET)-archive/runs || $(MAKE) --no-print-directory figures; } && \
+		$(BIN)/python -m rspo mlflow-sync --preset $(PRESET) --shipped && \
+		$(BIN)/python -m rspo mlflow-ui --preset $(PRESET) --shipped --port $(PORT); \
+	fi
 
 # the README's result tables from the committed table files (tests/test_readme.py checks them)
 readme-tables: venv

@@ -37,6 +37,7 @@ from rspo.tracking import (
     FAILED,
     REPO_ROOT,
     REPORT_RUN,
+    SHIPPED_SUFFIX,
     Resilience,
     _sqlite_path,
     configure_clients,
@@ -44,13 +45,17 @@ from rspo.tracking import (
     ensure_experiment,
     eval_run_key,
     eval_run_name,
+    experiment_name,
     experiment_url,
     file_dataset,
     log_dataset_inputs,
     recorded_dataset,
     refresh_report_note,
     report_run,
+    set_long_tag,
+    shipped_results,
     source_tags,
+    stored_tag,
     warn,
 )
 
@@ -63,14 +68,18 @@ def _preset_path(preset_arg: str) -> Path:
     return path
 
 
-def _preset_store(preset_arg: str, uri: str = "") -> tuple[str, str, str]:
-    """(preset name, experiment, tracking URI) of ``--preset`` (a path, or a name in configs/)."""
+def _preset_store(preset_arg: str, uri: str = "", shipped: bool = False) -> tuple[str, str, str]:
+    """(preset name, experiment, tracking URI) of ``--preset`` (a path, or a name in configs/);
+    ``shipped``: the store and experiment of its shipped run archive (`make figures`), not the user's."""
     from rspo.config import load_preset
 
     path = _preset_path(preset_arg)
     preset = load_preset(path)
     name = str(preset.get("preset", path.stem))
-    experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
+    experiment = experiment_name(preset, name)
+    if shipped:
+        experiment = experiment.removesuffix(SHIPPED_SUFFIX) + SHIPPED_SUFFIX
+        return name, experiment, uri or default_tracking_uri(name, shipped_results(name))
     return name, experiment, uri or default_tracking_uri(name)
 
 
@@ -126,13 +135,16 @@ def ui_main(argv: list[str] | None = None) -> int:
     src.add_argument("--preset", help="configs/<p>.yaml or a preset name (small, smoke, ...)")
     src.add_argument("--uri", help="tracking URI (then --experiment names the experiment)")
     ap.add_argument("--experiment", default="", help="experiment name (default: the preset's)")
+    ap.add_argument(
+        "--shipped", action="store_true", help="the shipped study's store (results/<preset>-archive), not your runs'"
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=5000)
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args(argv)
     if args.preset:
         try:
-            _, experiment, uri = _preset_store(args.preset)
+            _, experiment, uri = _preset_store(args.preset, shipped=args.shipped)
         except (OSError, ValueError) as e:  # ConfigError is a ValueError
             print(f"rspo mlflow-ui: {e}", file=sys.stderr)
             return 2
@@ -274,10 +286,14 @@ class Syncer:
         for i in range(0, len(new_params), 100):
             self.client.log_batch(rid, params=new_params[i : i + 100])
         self.counts["params"] += len(new_params)
-        new_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items() if run.data.tags.get(k) != str(v)]
+        changed = {k: str(v) for k, v in (tags or {}).items() if run.data.tags.get(k) != stored_tag(k, str(v))}
+        new_tags = [RunTag(k, v) for k, v in changed.items() if stored_tag(k, v) == v]
         if new_tags:
             self.client.log_batch(rid, tags=new_tags)
-        self.counts["tags"] += len(new_tags)
+        for k, v in changed.items():
+            if stored_tag(k, v) != v:  # past MLflow's limit: cut, the whole value an artifact
+                set_long_tag(self.client, rid, k, v)
+        self.counts["tags"] += len(changed)
         found = [(d, c) for d, c in ((self._dataset(p), c) for p, c in (datasets or [])) if d is not None]
         linked = {
             (d.dataset.name, d.dataset.digest, t.value)
@@ -455,7 +471,7 @@ class Syncer:
         rid = report_run(self.uri, self.client.get_experiment(self.exp_id).name, self.preset)
         self.counts["runs created"] += not existed
         run = self.client.get_run(rid)
-        tags = {f"runs/{t}": ", ".join(names)[:8000] for t, names in built.items() if names}
+        tags = {f"runs/{t}": ", ".join(names) for t, names in built.items() if names}
         before = sum(self.counts.values())
         self.ensure(run, tags=tags, artifacts=files)
         if sum(self.counts.values()) > before:  # the description lists every target's runs
@@ -485,12 +501,19 @@ def sync_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     ap.add_argument("--results", default="", help="the preset's results folder (default: results/<preset>)")
     ap.add_argument("--uri", default="", help="tracking URI (default: $MLFLOW_TRACKING_URI or sqlite under results/)")
+    ap.add_argument(
+        "--shipped",
+        action="store_true",
+        help="the shipped study (results/<preset>-archive, its own store and experiment), not your runs",
+    )
     args = ap.parse_args(argv)
     from rspo.config import ConfigError
     from rspo.plan import Plan
 
     try:
-        name, experiment, uri = _preset_store(args.preset, args.uri)
+        name, experiment, uri = _preset_store(args.preset, args.uri, shipped=args.shipped)
+        if args.shipped and not args.results:
+            args.results = str(shipped_results(name))
         plan = Plan.from_file(_preset_path(args.preset), None, full=True)
     except (OSError, ConfigError) as e:
         print(f"rspo mlflow-sync: {e}", file=sys.stderr)

@@ -361,7 +361,9 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
     tracker = None
     if not args.no_mlflow:
         name = str(preset.get("preset", "preset"))
-        experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
+        from rspo.tracking import experiment_name
+
+        experiment = experiment_name(preset, name)
         tracker = Tracker(
             default_tracking_uri(name),
             experiment,

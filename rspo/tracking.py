@@ -56,6 +56,24 @@ EXPERIMENT_KIND = "custom_model_development"  # the UI's "Machine learning" kind
 REPORT_RUN = "report"
 
 
+SHIPPED_SUFFIX = " (shipped study)"  # the experiment of a shipped run archive (`make figures`)
+
+
+def experiment_name(preset: dict, name: str, default: str = "") -> str:
+    """The MLflow experiment of a preset's runs: ``RSPO_MLFLOW_EXPERIMENT`` when set (archive mode
+    sets it to the shipped study's name), else the preset's ``mlflow.experiment``, else
+    ``default`` or ``rspo-<preset>``."""
+    return os.environ.get("RSPO_MLFLOW_EXPERIMENT") or (preset.get("mlflow") or {}).get(
+        "experiment", default or f"rspo-{name}"
+    )
+
+
+def shipped_results(preset: str) -> Path:
+    """Where `make figures` unpacks a preset's shipped run archive and builds its tables and figures:
+    a folder of its own, beside the user's ``results/<preset>``, which it never touches."""
+    return REPO_ROOT / "results" / f"{preset}-archive"
+
+
 def default_tracking_uri(preset: str, results_dir: str | Path | None = None) -> str:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
@@ -653,15 +671,48 @@ def log_report(
     for f in files:
         net.call(f"artifact {Path(f).name}", client.log_artifact, run_id, str(f), folder)
     if built_from:
-        net.call(f"tag runs/{target}", client.set_tag, run_id, f"runs/{target}", ", ".join(built_from)[:8000])
+        net.call(f"tag runs/{target}", set_long_tag, client, run_id, f"runs/{target}", ", ".join(built_from))
     net.call("the description", refresh_report_note, uri, client, run_id, preset)
     if net.lost:
         warn(f"report run: did not record {net.summary()}; `python -m rspo mlflow-sync --preset {preset}` does")
     return run_id
 
 
+def stored_tag(key: str, value: str) -> str:
+    """What is kept in tag ``key``: the value, or, past MLflow's limit on a tag (8,000 characters in
+    MLflow 3.17), its head and a last line naming the run artifact that holds it whole (set_long_tag)."""
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    if len(value) <= MAX_TAG_VAL_LENGTH:
+        return value
+    tail = (
+        f"\n\n... cut at {MAX_TAG_VAL_LENGTH:,} characters, MLflow's limit on a tag; "
+        f"all {len(value):,}: artifact tags/{key}.txt"
+    )
+    return value[: MAX_TAG_VAL_LENGTH - len(tail)] + tail
+
+
+def set_long_tag(client, run_id: str, key: str, value: str) -> None:
+    """Set a tag whose value may pass MLflow's limit: a longer value is kept whole as the run's
+    artifact ``tags/<key>.txt`` and the tag is cut (stored_tag), with a warning that names the key,
+    its length and the artifact (MLflow's own warning, which this replaces, names neither)."""
+    stored = stored_tag(key, value)
+    if stored != value:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            whole = Path(tmp) / f"{key}.txt"
+            whole.write_text(value, encoding="utf-8")
+            client.log_artifact(run_id, str(whole), "tags")
+        warn(
+            f"tag {key} of run {run_id} has {len(value):,} characters, more than MLflow keeps in a tag: "
+            f"the tag is cut and the whole value is the run's artifact tags/{key}.txt"
+        )
+    client.set_tag(run_id, key, stored)
+
+
 def refresh_report_note(uri: str, client, run_id: str, preset: str) -> None:
     """Rebuild the report run's description from every job's tags (one writer at a time)."""
     with _store_lock(uri):
-        client.set_tag(run_id, "mlflow.note.content", _report_note(client, client.get_run(run_id), preset))
+        set_long_tag(client, run_id, "mlflow.note.content", _report_note(client, client.get_run(run_id), preset))
         client.set_terminated(run_id, "FINISHED")

@@ -102,7 +102,7 @@ def run_metrics_url(runs_url: str, args, port: int) -> str:
     if args.uri:
         uri, experiment = args.uri, args.experiment
     else:
-        _, experiment, uri = _preset_store(args.preset)
+        _, experiment, uri = _preset_store(args.preset, shipped=args.shipped)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{args.run}'", max_results=1)
@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="a preset name or configs/<p>.yaml (its store under results/)")
     src.add_argument("--uri", help="tracking URI (with --experiment)")
+    ap.add_argument("--shipped", action="store_true", help="the shipped study's store (results/<preset>-archive)")
     ap.add_argument("--experiment", default="")
     ap.add_argument("--expect", nargs="*", default=[], help="texts the rendered runs page must contain")
     ap.add_argument("--dom", help="write the rendered page's HTML here")
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--port", str(port)]
     cmd += ["--preset", args.preset] if args.preset else ["--uri", args.uri, "--experiment", args.experiment]
+    cmd += ["--shipped"] if args.shipped else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     log = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True)

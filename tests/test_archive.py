@@ -286,14 +286,20 @@ def test_snakemake_builds_the_report_targets_from_an_archive_without_training(pa
     ws = tmp_path / "ws"
     ws.mkdir()
     make_workspace(ws)
+    # the user's own results of the preset: archive mode must leave them as they are
+    own = ws / "results" / "smoke" / "runs" / "grpo-s0" / "metrics.jsonl"
+    own.parent.mkdir(parents=True)
+    own.write_text('{"step": 1, "own": true}\n')
     targets = ["fig4_plugin", "table_countdown", "table_claims"]
     r = snakemake(ws, "-n", *targets, "--config", "preset=smoke", f"archive={archive}")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert set(job_counts(r.stdout + r.stderr)) == {"unpack_archive", *targets, "total"}
     r = snakemake(ws, "--cores", "2", *targets, "--config", "preset=smoke", f"archive={archive}", timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    res = ws / "results" / "smoke"
+    res = ws / "results" / "smoke-archive"
     assert (res / "figures" / "fig4_plugin.png").stat().st_size > 1000
+    assert own.read_text() == '{"step": 1, "own": true}\n'
+    assert sorted(p.name for p in (ws / "results" / "smoke").iterdir()) == ["runs"]
     assert "GRPO" in (res / "tables" / "table_countdown.md").read_text()
     # an archive that lacks runs a target needs: the error names them, before any job
     short = copy_archive(archive, tmp_path / "short")
@@ -314,18 +320,26 @@ def test_snakemake_builds_the_report_targets_from_an_archive_without_training(pa
     make_workspace(ws3)
     r = snakemake(ws3, "--cores", "1", "fig4_plugin", "--config", "preset=smoke", f"archive={damaged}")
     assert r.returncode != 0
-    log = (ws3 / "results" / "smoke" / "logs" / "archive" / "unpack.log").read_text()
+    log = (ws3 / "results" / "smoke-archive" / "logs" / "archive" / "unpack.log").read_text()
     assert "runs.tar.xz: sha256 does not match the manifest" in log
-    assert not (ws3 / "results" / "smoke" / "figures").exists()
-    # results of a real run in the way: refused before any job
+    assert not (ws3 / "results" / "smoke-archive" / "figures").exists()
+    # the archive's own folder edited by hand: refused before any job
     (res / "runs" / "grpo-s0" / "metrics.jsonl").write_text('{"step": 1}\n')
     r = snakemake(ws, "-n", "fig4_plugin", "--config", "preset=smoke", f"archive={archive}")
-    assert r.returncode != 0 and "holds results of another run" in r.stdout + r.stderr
+    assert r.returncode != 0 and "holds other versions of the archive's files" in r.stdout + r.stderr
 
 
 def test_read_manifest_checks_the_preset(packed):
     plan, _, archive, m = packed
     assert read_manifest(archive, plan.preset)["preset_digest"] == m["preset_digest"]
+
+
+# a user's own results of preset small, as the issue's `make bench` then `make figures` left them
+USER_FILES = {
+    "bench.json": '{"tokens_per_s": 123.4}\n',
+    "models/base.work/metrics.jsonl": '{"step": 1, "loss": 2.5}\n',
+    "models/base/pretrain.json": '{"steps": 10}\n',
+}
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +348,9 @@ def figures_clone(tmp_path_factory):
     -> (clone, make's output)."""
     clone = tmp_path_factory.mktemp("figures") / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    for rel, text in USER_FILES.items():  # what `make bench` and a pretraining leave in results/small
+        (clone / "results" / "small" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (clone / "results" / "small" / rel).write_text(text)
     r = subprocess.run(
         ["make", "-o", ".venv/.installed", "figures", f"BIN={Path(sys.executable).parent}", "CORES=2"],
         cwd=clone,
@@ -348,19 +365,23 @@ def figures_clone(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(figures_clone):
-    """`make figures` on a clone with nothing beside it: one unpack job and the report jobs, no
-    pretrain / train / evaluate job, and every committed table and figure of docs/results/small
-    comes out with the same bytes."""
+    """`make figures` on a clone with nothing beside it but a user's own results/small: one unpack
+    job and the report jobs, no pretrain / train / evaluate job, every committed table and figure
+    of docs/results/small comes out with the same bytes in results/small-archive, and the user's
+    files are as they were."""
     clone, out = figures_clone
     committed = ROOT / "docs" / "results" / "small"
     counts = job_counts(out)
     assert counts.get("unpack_archive") == 1
     assert not {"pretrain", "train", "evaluate_countdown", "countdown_data", "bench"} & set(counts), counts
-    built = clone / "results" / "small"
+    built = clone / "results" / "small-archive"  # beside the user's results/small, never in it
     files = sorted(p.relative_to(committed) for p in committed.glob("*/*") if p.parent.name in ("figures", "tables"))
     assert len(files) >= 20
     for rel in files:
         assert (built / rel).read_bytes() == (committed / rel).read_bytes(), f"{rel} differs from the committed file"
+    # the user's own results/small: the same files with the same bytes, nothing added
+    own = clone / "results" / "small"
+    assert {str(p.relative_to(own)): p.read_text() for p in own.rglob("*") if p.is_file()} == USER_FILES
 
 
 @pytest.mark.slow
@@ -371,11 +392,11 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
     from test_mlflow_ui import chromium_or_skip
 
     clone, _ = figures_clone
-    sync = [sys.executable, "-m", "rspo", "mlflow-sync", "--preset", "small"]
+    sync = [sys.executable, "-m", "rspo", "mlflow-sync", "--preset", "small", "--shipped"]
     r = subprocess.run(sync, cwd=clone, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     first = json.loads(r.stdout.strip().splitlines()[-1])
-    res = clone / "results" / "small"
+    res = clone / "results" / "small-archive"
     rl_runs = sorted(p.name for p in (res / "runs").iterdir() if p.is_dir())
     evals = sorted(p.name for p in (res / "eval").iterdir() if p.is_dir())
     assert len(rl_runs) == 36 and len(evals) == 37
@@ -392,6 +413,7 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
             "scripts/mlflow_ui_check.py",
             "--preset",
             "small",
+            "--shipped",
             "--dom",
             str(dom),
             "--expect",

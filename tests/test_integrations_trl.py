@@ -155,8 +155,9 @@ def our_forward(model, batch: dict, detach: bool) -> tuple[torch.Tensor, list[to
     return logp, [lg.view(B, S, -1)[:, S - C - 1 : S - 1] for lg in cap.logits]
 
 
-def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, gamma_min, stop_gradient):
-    """compute_policy_loss on our own forward, gamma from rspo.router with a cache built here."""
+def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, gamma_min, stop_gradient, **correction):
+    """compute_policy_loss on our own forward, gamma from rspo.router with a cache built here
+    (``correction``: compute_policy_loss's rollout-correction arguments)."""
     B, C = batch["completion_ids"].shape
     logp, new = our_forward(model, batch, detach=stop_gradient)
     cache = OldRouterCache.from_logits(
@@ -174,6 +175,7 @@ def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, ga
         stop_gradient=stop_gradient,
         clip_low=eps,
         clip_high=eps_high,
+        **correction,
     )
     return loss, metrics, gamma
 
@@ -222,6 +224,32 @@ def test_the_plugin_loss_and_gradients_equal_compute_policy_loss(tmp_path, arch,
         torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=name)
     assert log["router/shift_ratio_mean"] == pytest.approx(metrics["router/shift_ratio_mean"], abs=1e-6)
     assert log["router/shift_clipfrac"] == pytest.approx(metrics["router/shift_clipfrac"], abs=1e-6)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gspo"])
+def test_trls_own_vllm_correction_works_beside_rs(tmp_path, algo):
+    """TRL's importance-sampling correction of vLLM's rollouts (token_truncate, C = 2) on beside RS: the
+    plug-in's loss equals compute_policy_loss with RS and the same correction (omega = min(rho, C) outside
+    the clip; for GSPO the response's mean of omega), and differs from RS alone. GMPO: TRL applies none."""
+    _, _, _, eps, eps_high = OBJECTIVES[algo]
+    trainer = make_trainer(tmp_path, "qwen3_moe", algo, gamma_min=0.95)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True  # what use_vllm=True sets
+    batch = fixed_batch()
+    inputs = old_pass(trainer, batch)
+    with torch.no_grad():
+        _, old_logits = our_forward(trainer.model, batch, detach=True)
+    m = batch["completion_mask"].bool()
+    noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(3))
+    engine = torch.where(m, inputs["old_per_token_logps"] + 0.8 * noise, torch.zeros(()))  # the engine's log-probs
+    inputs["importance_sampling_ratio"] = torch.exp(inputs["old_per_token_logps"] - engine).clamp(max=2.0) * m
+    perturb(trainer.model)
+    loss = trainer._compute_loss(trainer.model, inputs)
+    args = (trainer.model, batch, old_logits, inputs["old_per_token_logps"], algo, eps, eps_high, 0.95, True)
+    ref, _, _ = reference(*args, engine_log_prob=engine, correction="token_truncate", correction_high=2.0)
+    plain_rs, _, _ = reference(*args)
+    torch.testing.assert_close(loss, ref, atol=1e-6, rtol=1e-5)
+    assert abs(float(loss) - float(plain_rs)) > 1e-4  # the correction did something
 
 
 @pytest.mark.parametrize("algo", sorted(OBJECTIVES))
@@ -340,27 +368,3 @@ def test_two_gloo_processes_train_and_log_the_router_metrics(tmp_path):
         assert any(r["router/shift_ratio_mean"] < 1.0 for r in rows)  # the second update of a generation moved
         per_rank.append([(r["router/shift_ratio_mean"], r["router/shift_clipfrac"]) for r in rows])
     assert per_rank[0] == per_rank[1]  # one value for the job: both ranks' tokens counted
-
-
-@pytest.mark.slow
-def test_the_docs_example_runs_on_a_local_tiny_model(tmp_path, monkeypatch):
-    """docs/trl.md's example (the README's too) as written, with the hub model replaced by a tiny local Qwen2-MoE
-    (the same architecture) and two CPU steps."""
-    import re
-
-    text = (ROOT / "docs" / "trl.md").read_text()
-    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
-    readme = (ROOT / "README.md").read_text()
-    assert "```python\n" + code + "```" in readme  # the README shows the same example
-    model_dir = tmp_path / "tiny"
-    model_for("qwen2_moe").save_pretrained(model_dir)
-    TOK.save_pretrained(model_dir)
-    assert '"Qwen/Qwen1.5-MoE-A2.7B"' in code and "    max_completion_length=64,\n" in code
-    code = code.replace('"Qwen/Qwen1.5-MoE-A2.7B"', repr(str(model_dir)))
-    local = "max_completion_length=8, max_steps=2, use_cpu=True, bf16=False, report_to=[], logging_steps=1,"
-    code = code.replace("    max_completion_length=64,\n", f"    {local}\n")
-    monkeypatch.chdir(tmp_path)
-    scope: dict = {}
-    exec(compile(code, "docs/trl.md", "exec"), scope)
-    rows = [r for r in scope["trainer"].state.log_history if "router/shift_ratio_mean" in r]
-    assert len(rows) == 2

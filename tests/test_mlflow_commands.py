@@ -209,3 +209,66 @@ def test_a_train_job_outlives_its_tracking_server_and_sync_records_what_it_misse
             assert again == {"tracking_uri": server.uri, "experiment": "rspo-smoke"}
         finally:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+def run_make_mlflow_ui(tmp_path, has=(), shipped="", unpack_fails=False):
+    """`make mlflow-ui` in a copy of the Makefile with python and snakemake standing in (they record
+    their arguments; snakemake fails with ``unpack_fails``) -> (make's result, the calls)."""
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("python", "snakemake"):
+        fail = "exit 1\n" if unpack_fails and tool == "snakemake" else ""
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls"\n{fail}')
+        (bin_dir / tool).chmod(0o755)
+    for rel in has:
+        (tmp_path / "results" / "small" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "results" / "small" / rel).write_text("{}\n")
+    (tmp_path / "pyproject.toml").touch()  # the venv is up to date (make figures asks)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".installed").touch()
+    os.utime(tmp_path / "pyproject.toml", (0, 0))
+    r = subprocess.run(
+        ["make", "mlflow-ui", f"BIN={bin_dir}", "PORT=5055", f"SHIPPED={shipped}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return r, (tmp_path / "calls").read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("has", "shipped", "want"),
+    [
+        ((), "", "shipped"),  # a fresh clone: the shipped study, unpacked first
+        (("bench.json",), "", "shipped"),  # `make bench` without a model: nothing trained
+        (("models/base/pretrain.json",), "", "own"),  # a pretraining is a run
+        (("runs/grpo-s0/metrics.jsonl",), "", "own"),
+        (("runs/grpo-s0/metrics.jsonl",), "1", "shipped"),  # SHIPPED=1: the shipped one beside yours
+    ],
+)
+def test_make_mlflow_ui_shows_your_runs_or_the_shipped_study(tmp_path, has, shipped, want):
+    """The Makefile's choice: your results/small when you trained anything, else (or with
+    SHIPPED=1) results/small-archive, unpacked by `make figures` when it is not there yet;
+    PORT= reaches `mlflow-ui`; nothing is written into your results."""
+    r, calls = run_make_mlflow_ui(tmp_path, has, shipped)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if want == "own":
+        assert calls == [
+            "python -m rspo mlflow-sync --preset small",
+            "python -m rspo mlflow-ui --preset small --port 5055",
+        ]
+    else:
+        assert calls[0].startswith("snakemake --cores all --config preset=small archive=docs/results/small")
+        assert calls[1:] == [
+            "python -m rspo mlflow-sync --preset small --shipped",
+            "python -m rspo mlflow-ui --preset small --shipped --port 5055",
+        ]
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and "results" in p.parts)
+    assert written == sorted(f"results/small/{rel}" for rel in has)
+
+
+def test_make_mlflow_ui_stops_when_the_archive_does_not_unpack(tmp_path):
+    r, calls = run_make_mlflow_ui(tmp_path, unpack_fails=True)
+    assert r.returncode != 0 and len(calls) == 1 and calls[0].startswith("snakemake")

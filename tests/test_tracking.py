@@ -386,3 +386,28 @@ def test_sqlite_connections_wait_for_locks(uri):
 
     with create_engine(uri).connect() as conn:
         assert conn.execute(text("PRAGMA busy_timeout")).scalar() == tracking.SQLITE_BUSY_TIMEOUT_MS
+
+
+def test_a_tag_past_mlflows_limit_is_cut_with_its_whole_value_an_artifact(uri, capsys):
+    """The report run's description grows with the runs (16,311 characters seen): the tag is cut
+    at MLflow's limit, the last line names the artifact, the artifact holds every character, and
+    the warning names the key."""
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    c = client(uri)
+    exp_id = ensure_experiment(uri, "rspo-test")
+    rid = c.create_run(exp_id).info.run_id
+    tracking.set_long_tag(c, rid, "short", "a, b")
+    value = ", ".join(f"gmpo-rs0.8-s{i}" for i in range(1500))
+    assert len(value) > MAX_TAG_VAL_LENGTH
+    tracking.set_long_tag(c, rid, "mlflow.note.content", value)
+    tags = c.get_run(rid).data.tags
+    assert tags["short"] == "a, b"
+    kept = tags["mlflow.note.content"]
+    assert len(kept) == MAX_TAG_VAL_LENGTH and value.startswith(kept.split("\n\n... cut at")[0])
+    assert kept.endswith(f"all {len(value):,}: artifact tags/mlflow.note.content.txt")
+    whole = c.download_artifacts(rid, "tags/mlflow.note.content.txt", str(Path(uri[len("sqlite:///") :]).parent))
+    assert Path(whole).read_text(encoding="utf-8") == value
+    err = capsys.readouterr().err
+    assert "tag mlflow.note.content" in err and f"{len(value):,} characters" in err and "tags/" in err
+    assert "is truncated to" not in err  # MLflow's own warning, which names neither, never fires

@@ -309,7 +309,8 @@ def test_the_cluster_profile_asks_slurm_for_one_node_with_the_presets_gpus_and_t
 def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):
     """rspo plan-memory runs when the workflow loads a device: cuda preset: paper_large_math with
     tensor parallel size 1 and no token budget is refused, naming the phase and the settings;
-    --config skip_memory_check=true submits it anyway; another GPU is planned with --config gpu."""
+    --config skip_memory_check=true submits it anyway; another GPU is planned with --config gpu, any
+    card by its memory with --config gpu_gib."""
     preset = yaml.safe_load((ROOT / "configs" / "paper_large_math.yaml").read_text())
     preset["preset"] = "oversized"
     preset["rl"]["rollout"]["tensor_parallel_size"] = 1
@@ -324,3 +325,11 @@ def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):
     assert snakemake(ws, "-n", "--config", "preset=oversized", "skip_memory_check=true").returncode == 0
     r = snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu=h200-141gb")
     assert r.returncode == 0, r.stderr[-2000:]
+    # any other card by its memory: a 40 GiB card is refused with the plan-memory flag to rerun
+    r = snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu_gib=40")
+    assert r.returncode != 0 and "40.0 GiB are on 40gib" in r.stdout + r.stderr
+    assert "--gpu-gib 40`" in r.stdout + r.stderr
+    assert snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu_gib=141").returncode == 0
+    for bad, why in (("gpu_gib=big", "gpu_gib"), ("gpu_gib=0", "gpu_gib"), ("gpu=v100", "gpu_gib=N")):
+        r = snakemake(ws, "-n", "--config", "preset=paper_large_math", bad)
+        assert r.returncode != 0 and why in r.stdout + r.stderr

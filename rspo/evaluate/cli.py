@@ -261,7 +261,9 @@ def _log_mlflow(
     from rspo.tracking import Tracker, default_tracking_uri, eval_run_key, eval_run_name
 
     name = str(preset.get("preset", "preset"))
-    experiment = (preset.get("mlflow") or {}).get("experiment", f"rspo-{name}")
+    from rspo.tracking import experiment_name
+
+    experiment = experiment_name(preset, name)
     tracker = Tracker(
         default_tracking_uri(name),
         experiment,

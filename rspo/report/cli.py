@@ -74,9 +74,9 @@ def _table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
 
 
 def _log_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -> None:
-    from rspo.tracking import default_tracking_uri, log_report
+    from rspo.tracking import default_tracking_uri, experiment_name, log_report
 
-    experiment = (plan.preset.get("mlflow") or {}).get("experiment", f"rspo-{plan.name}")
+    experiment = experiment_name(plan.preset, plan.name)
     run_id = log_report(default_tracking_uri(plan.name), experiment, plan.name, target, files, built_from)
     print(f"logged {target} into MLflow run {run_id} (report)")
 

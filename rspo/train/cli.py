@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_mlflow:
         preset = load_preset(args.preset)
         uri = cfg.tracking.tracking_uri or default_tracking_uri(str(preset.get("preset", cfg.preset)))
-        experiment = (preset.get("mlflow") or {}).get("experiment", cfg.tracking.experiment)
+        from rspo.tracking import experiment_name
+
+        experiment = experiment_name(preset, str(preset.get("preset", cfg.preset)), cfg.tracking.experiment)
 
         preset_name = str(preset.get("preset", cfg.preset))
 

@@ -1,8 +1,9 @@
 # Archive mode (`--config archive=DIR`, `make figures`): the run files of the preset come from a
 # run archive (rspo/archive.py: DIR/archive.json + DIR/runs.tar.xz), checked and unpacked by one
 # job; the report rules then build every table and figure from them. No data, pretrain, train or
-# evaluate rule exists in this mode. Run files of another run already under results/<preset>
-# stop the workflow before any job (unpacking never overwrites them).
+# evaluate rule exists in this mode. Everything goes to results/<preset>-archive (R), never to the
+# user's results/<preset>; other files already under R stop the workflow before any job (unpacking
+# never overwrites them).
 
 
 def _archive_outputs():
@@ -17,8 +18,8 @@ def _archive_outputs():
             clash.append(m["path"])
     if clash:
         raise WorkflowError(
-            f"{R} holds results of another run ({', '.join(clash[:4])}, ...): archive mode would replace "
-            f"them; move {R} away (or run without --config archive=...)"
+            f"{R} holds other versions of the archive's files ({', '.join(clash[:4])}, ...): archive mode "
+            f"would replace them; delete {R} (it holds only what `make figures` built) and run it again"
         )
     return outputs
 

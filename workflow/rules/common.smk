@@ -57,7 +57,13 @@ PRESET_FILE, PLAN, ARCHIVE_MANIFEST = _load_plan()
 # only the report rules run; workflow/rules/archive.smk replaces data, pretrain, train, evaluate.
 ARCHIVE = str(config.get("archive") or "")
 P = PLAN.name
-R = f"results/{P}"
+# The user's runs in results/<preset>; a shipped archive's tables and figures in results/<preset>-archive,
+# which `make figures` fills without touching the user's folder, in an MLflow experiment of its own.
+R = f"results/{P}-archive" if ARCHIVE else f"results/{P}"
+if ARCHIVE:
+    from rspo.tracking import SHIPPED_SUFFIX, experiment_name
+
+    os.environ.setdefault("RSPO_MLFLOW_EXPERIMENT", experiment_name(PLAN.preset, P) + SHIPPED_SUFFIX)
 # Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole grid.
 PLAN_ARGS = ("" if config.get("seeds") is None else "--seeds " + " ".join(map(str, PLAN.seeds))) + (
     " --full" if PLAN.full else ""
@@ -160,23 +166,34 @@ def base_marker(task):
 
 def _check_memory():
     """A preset that trains on GPUs is planned against the GPU it will get (`--config gpu=NAME`,
-    default h100-80gb) before any job is submitted: a plan that does not fit stops here, naming the
-    phase, the numbers and the settings to change (rspo/gpu_memory/plan.py). `--config
+    default h100-80gb, or `--config gpu_gib=N` for any other card: its memory in GiB, nvidia-smi's
+    memory.total / 1024) before any job is submitted: a plan that does not fit stops here, naming
+    the phase, the numbers and the settings to change (rspo/gpu_memory/plan.py). `--config
     skip_memory_check=true` runs it anyway."""
     from rspo.gpu_memory.plan import GPUS, advice, plan_preset, summary
 
+    if "gpu_gib" in config:  # a number > 0 (workflow/schemas/config.schema.yaml)
+        if "gpu" in config:
+            raise WorkflowError("--config gpu=... and gpu_gib=...: give one (a named GPU or its memory in GiB)")
+        gib = float(config["gpu_gib"])
+        gpu, flag = f"{gib:g}gib", f"--gpu-gib {gib:g}"
+    else:
+        gpu = str(config.get("gpu", "h100-80gb"))
+        if gpu not in GPUS:
+            raise WorkflowError(
+                f"--config gpu={gpu}: unknown GPU; choose one of {', '.join(GPUS)}, "
+                "or give any card's memory with --config gpu_gib=N (GiB)"
+            )
+        gib, flag = GPUS[gpu], f"--gpu {gpu}"
     rl_devices = [((PLAN.preset.get("rl") or {}).get("model") or {}).get("device")]
     rl_devices += [((t or {}).get("model") or {}).get("device") for t in (PLAN.preset.get("tasks") or {}).values()]
     if ARCHIVE or "cuda" not in rl_devices or str(config.get("skip_memory_check", False)).lower() == "true":
         return
-    gpu = str(config.get("gpu", "h100-80gb"))
-    if gpu not in GPUS:
-        raise WorkflowError(f"--config gpu={gpu}: unknown GPU; choose one of {', '.join(GPUS)}")
-    s = summary(P, gpu, plan_preset(PRESET_FILE, GPUS[gpu], HUB_DIR))
+    s = summary(P, gpu, plan_preset(PRESET_FILE, gib, HUB_DIR))
     if not s["fits"]:
         raise WorkflowError(
             f"memory plan of preset {P}: {advice(s)}. `python -m rspo plan-memory --preset {PRESET_FILE} "
-            f"--gpu {gpu}` shows every term; `--config skip_memory_check=true` runs the preset anyway."
+            f"{flag}` shows every term; `--config skip_memory_check=true` runs the preset anyway."
         )
 
 
