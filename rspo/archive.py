@@ -103,7 +103,7 @@ def members_of(plan, results: Path, trials: Path | None = None) -> dict[str, Pat
 
 def _datasets(members: dict[str, Path], results: Path) -> dict[str, dict[str, Any]]:
     """The data files the runs and evaluations used: what MLflow's dataset inputs record."""
-    from rspo.mlflow_commands import _relative_to
+    from rspo.mlflow_commands import repo_relative
     from rspo.tracking import REPO_ROOT, file_dataset
 
     paths: set[str] = set()
@@ -121,7 +121,7 @@ def _datasets(members: dict[str, Path], results: Path) -> dict[str, dict[str, An
         if not f.is_file():
             continue
         ds = file_dataset(f)
-        rel = _relative_to(f, results)
+        rel = repo_relative(f, results)
         out[rel] = {"name": ds.name, "digest": ds.digest, **json.loads(ds.profile)}
     return out
 
@@ -369,12 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--preset", required=True)
     args = ap.parse_args(argv)
     from rspo.config import ConfigError
-    from rspo.mlflow_commands import _preset_path
+    from rspo.mlflow_commands import find_preset
     from rspo.plan import Plan
     from rspo.tracking import REPO_ROOT
 
     try:
-        plan = Plan.from_file(_preset_path(args.preset), None, full=getattr(args, "full", False))
+        plan = Plan.from_file(find_preset(args.preset), None, full=getattr(args, "full", False))
         results = REPO_ROOT / "results" / plan.name
         if args.cmd == "pack":
             m = pack(plan, Path(args.results) if args.results else results, args.out, args.trials or None)

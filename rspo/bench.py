@@ -39,7 +39,7 @@ CONFIGS = {
 PHASES = ("perf/rollout_s", "perf/reward_s", "perf/old_pass_s", "perf/update_s", "perf/step_s")
 
 
-def _prepare(preset_path: str, model: str | None, data: str | None, work: Path, threads: int):
+def prepare_inputs(preset_path: str, model: str | None, data: str | None, work: Path, threads: int):
     from rspo.config import load_preset
     from rspo.data.countdown import CountdownConfig, generate
     from rspo.models import build_model, save_checkpoint
@@ -84,7 +84,7 @@ def run_bench(
     set_threads(threads)
     with tempfile.TemporaryDirectory(prefix="rspo-bench-") as tmp:
         work = Path(tmp)
-        preset, name, data_dir, model_dir, source = _prepare(preset_path, model, data, work, threads)
+        preset, name, data_dir, model_dir, source = prepare_inputs(preset_path, model, data, work, threads)
         trainers = {}
         for label, ov in CONFIGS.items():
             overrides = [

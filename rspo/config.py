@@ -22,29 +22,21 @@ from typing import Any
 
 import yaml
 
-ALGOS = ("grpo", "gspo", "gmpo")
-ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay", "rollout_replay")
-ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+from rspo.method import (  # noqa: F401 (ALGOS, ConfigError, check_gamma_min: re-exported for the planner and commands)
+    ALGOS,
+    DEFAULT_GAMMA_MIN,
+    ROLLOUT_CORRECTIONS,
+    ROUTING_MODES,
+    ConfigError,
+    check_gamma_min,
+)
+
 TASKS = ("countdown", "math", "code")
 BACKENDS = ("hf", "vllm")
 
 
-class ConfigError(ValueError):
-    """A preset or override is malformed; the message starts with the offending key."""
-
-
 def _err(key: str, msg: str) -> ConfigError:
     return ConfigError(f"{key}: {msg}")
-
-
-def check_gamma_min(value: float, key: str = "gamma_min") -> float:
-    """The one check of gamma_min, the floor on the router-shift ratio: it must lie in (0, 1].
-
-    Used by ``AlgorithmConfig``, the grid's gamma_min sweep (rspo.plan) and the loss
-    (rspo.losses); raises ConfigError (a ValueError) naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-        raise _err(key, f"must lie in (0, 1], got {value}")
-    return float(value)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -210,7 +202,7 @@ class AlgorithmConfig:
     """Base objective: grpo | gspo | gmpo (rspo.losses)."""
     router_shift: bool = False
     """Router-shift weighting (RS). RSPO = gmpo + router_shift."""
-    gamma_min: float = 0.8
+    gamma_min: float = DEFAULT_GAMMA_MIN
     """Floor on gamma (paper: 0.8 in all experiments); also the threshold of router/shift_clipfrac."""
     stop_gradient: bool = True
     """Detach gamma (paper); False is the collapse ablation (Appendix B)."""

@@ -77,8 +77,8 @@ from collections.abc import Callable
 
 import torch
 
-from rspo.config import ROLLOUT_CORRECTIONS as CORRECTIONS
-from rspo.config import check_gamma_min
+from rspo.method import DEFAULT_GAMMA_MIN, check_gamma_min
+from rspo.method import ROLLOUT_CORRECTIONS as CORRECTIONS
 
 Tensor = torch.Tensor
 
@@ -89,7 +89,6 @@ DEFAULT_CLIP: dict[str, tuple[float, float]] = {
     "gspo": (3e-4, 4e-4),
     "gmpo": (0.4, 0.4),
 }
-DEFAULT_GAMMA_MIN = 0.8  # Paper Sec. 4.2 / Appendix: gamma_min = 0.8 in all experiments.
 GRPO_LOG_RATIO_GUARD = 20.0  # verl's clamp of the token log-ratio before exp (GRPO only).
 
 # A registered loss takes the RS-adjusted log-ratio and the rollout correction's weight omega (B, T)
@@ -122,6 +121,22 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     if dim is None:
         return x.sum() / mask.sum()
     return x.sum(dim) / mask.sum(dim)
+
+
+def router_shift_sums(gamma: Tensor, mask: Tensor, gamma_min: float) -> Tensor:
+    """(3,) float32: the sum of gamma over the mask, the tokens under gamma_min, the tokens. Ranks
+    add these before ``router_shift_stats`` divides (the TRL plug-in reduces them across processes)."""
+    g = gamma.detach().float()
+    zero = torch.zeros((), dtype=g.dtype, device=g.device)
+    below = torch.where(mask, (g < gamma_min).float(), zero).sum()
+    return torch.stack([torch.where(mask, g, zero).sum(), below, mask.sum().float()])
+
+
+def router_shift_stats(sums: Tensor) -> dict[str, float]:
+    """``router/shift_ratio_mean`` (mean gamma before the floor) and ``router/shift_clipfrac`` (share
+    of tokens the floor lifts) from ``router_shift_sums``: the one definition of both metrics, for the
+    loss, the trainer's runs without RS and the TRL plug-in (NaN when there are no tokens)."""
+    return {"router/shift_ratio_mean": (sums[0] / sums[2]).item(), "router/shift_clipfrac": (sums[1] / sums[2]).item()}
 
 
 def seq_mean_token_mean(per_token: Tensor, mask: Tensor) -> Tensor:
@@ -309,9 +324,7 @@ def compute_policy_loss(
     if gamma is not None:
         log_gamma = router_shift_log_weight(gamma, mask, gamma_min, stop_gradient, log_prob.dtype)
         log_w = log_w + log_gamma  # log w_tilde = log w + log gamma_tilde     Eq. (11, adjusted_ratio)
-        gamma = torch.where(mask, gamma.detach().to(log_prob.dtype), torch.ones((), dtype=log_prob.dtype))
-        metrics["router/shift_ratio_mean"] = masked_mean(gamma.detach(), mask).item()
-        metrics["router/shift_clipfrac"] = masked_mean((gamma.detach() < gamma_min).float(), mask).item()
+        metrics.update(router_shift_stats(router_shift_sums(gamma, mask, gamma_min)))
 
     omega = torch.ones_like(log_w)
     if correction != "none":

@@ -39,7 +39,6 @@ from rspo.tracking import (
     REPORT_RUN,
     SHIPPED_SUFFIX,
     Resilience,
-    _sqlite_path,
     configure_clients,
     default_tracking_uri,
     ensure_experiment,
@@ -55,12 +54,13 @@ from rspo.tracking import (
     set_long_tag,
     shipped_results,
     source_tags,
+    sqlite_path,
     stored_tag,
     warn,
 )
 
 
-def _preset_path(preset_arg: str) -> Path:
+def find_preset(preset_arg: str) -> Path:
     """``--preset``: a path, or a name in configs/."""
     path = Path(preset_arg)
     if not path.is_file() and "/" not in preset_arg and not preset_arg.endswith((".yaml", ".yml")):
@@ -73,7 +73,7 @@ def _preset_store(preset_arg: str, uri: str = "", shipped: bool = False) -> tupl
     ``shipped``: the store and experiment of its shipped run archive (`make figures`), not the user's."""
     from rspo.config import load_preset
 
-    path = _preset_path(preset_arg)
+    path = find_preset(preset_arg)
     preset = load_preset(path)
     name = str(preset.get("preset", path.stem))
     experiment = experiment_name(preset, name)
@@ -153,7 +153,7 @@ def ui_main(argv: list[str] | None = None) -> int:
         if not experiment:
             ap.error("--uri needs --experiment")
     experiment = args.experiment or experiment
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     if path is not None and not path.is_file():
         print(
             f"rspo mlflow-ui: no MLflow store at {path} (run the workflow, or `python -m rspo mlflow-init`, first)",
@@ -205,7 +205,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def _relative_to(path: Path, root: Path) -> str:
+def repo_relative(path: Path, root: Path) -> str:
     """``path`` relative to ``root`` when inside it (also for the relative paths jobs record)."""
     for base in (Path.cwd(), REPO_ROOT):
         p = path if path.is_absolute() else base / path
@@ -356,13 +356,13 @@ class Syncer:
         path = Path(path)
         if path.is_file():
             return file_dataset(path)
-        rel = _relative_to(path, self.results)
+        rel = repo_relative(path, self.results)
         record = self.archived_data.get(rel) or self.archived_data.get(str(path))
         return recorded_dataset(record, self.results / rel) if record else None
 
     def _time_ms(self, path: Path) -> int | None:
         """When a job wrote a file: the run archive's record of it, else the file's mtime."""
-        mtime = self.archived_mtimes.get(_relative_to(path, self.results))
+        mtime = self.archived_mtimes.get(repo_relative(path, self.results))
         return int(mtime * 1000) if mtime else _mtime_ms(path)
 
     # -- the kinds of result files
@@ -461,10 +461,10 @@ class Syncer:
         for target in TABLES:
             md = self.results / "tables" / f"{target}.md"
             if md.is_file():
-                from rspo.report.cli import _table_sources
+                from rspo.report.cli import table_sources
 
                 files += [(md, "tables"), (md.with_suffix(".tex"), "tables")]
-                built[target] = _table_sources(plan, target, str(self.results / "eval"))
+                built[target] = table_sources(plan, target, str(self.results / "eval"))
         if not files:
             return
         existed = any(r.info.run_name == REPORT_RUN and r.data.tags.get("kind") == "report" for r in self.runs)
@@ -514,7 +514,7 @@ def sync_main(argv: list[str] | None = None) -> int:
         name, experiment, uri = _preset_store(args.preset, args.uri, shipped=args.shipped)
         if args.shipped and not args.results:
             args.results = str(shipped_results(name))
-        plan = Plan.from_file(_preset_path(args.preset), None, full=True)
+        plan = Plan.from_file(find_preset(args.preset), None, full=True)
     except (OSError, ConfigError) as e:
         print(f"rspo mlflow-sync: {e}", file=sys.stderr)
         return 2

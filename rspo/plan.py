@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import ALGOS, ROUTING_MODES, TASKS, ConfigError, TrainConfig, check_gamma_min
+from rspo.config import TASKS, TrainConfig
+from rspo.method import ALGOS, DEFAULT_GAMMA_MIN, ROUTING_MODES, ConfigError, check_gamma_min
 
 
 def _err(key: str, msg: str) -> ConfigError:
@@ -56,7 +57,7 @@ def _err(key: str, msg: str) -> ConfigError:
 def run_name(
     algo: str,
     router_shift: bool = False,
-    gamma_min: float = 0.8,
+    gamma_min: float = DEFAULT_GAMMA_MIN,
     stop_gradient: bool = True,
     routing: str = "none",
     seed: int = 0,
@@ -135,7 +136,7 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
     seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", 0.8))
+    default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", DEFAULT_GAMMA_MIN))
 
     def spec(
         algo: str,
@@ -397,7 +398,7 @@ class Run:
         return _SEED_SUFFIX.sub("", self.name)
 
 
-def method_label(run: Run, default_gamma: float = 0.8) -> str:
+def method_label(run: Run, default_gamma: float = DEFAULT_GAMMA_MIN) -> str:
     """Paper-style legend/table label: GRPO, GSPO+RS, RSPO (GMPO+RS), Router freeze, ...; stress
     regime runs end in " [stress]"."""
     label = _method_label(run, default_gamma)
@@ -467,7 +468,7 @@ class Plan:
         self.families = families
         rl = preset.get("rl") or {}
         self.default_task = str((rl.get("data") or {}).get("task", "countdown"))
-        self.default_gamma = float((rl.get("algorithm") or {}).get("gamma_min", 0.8))
+        self.default_gamma = float((rl.get("algorithm") or {}).get("gamma_min", DEFAULT_GAMMA_MIN))
         self.runs: dict[str, Run] = {}
         for fam in self.families.values():
             for name, ov in fam.items():

@@ -70,13 +70,13 @@ Implementation details (not deviations from the paper's equations):
   gradients still flow for the no-stop-gradient ablation. Off-policy, the remaining error is the
   cache dtype's rounding of each log-prob (|error| <= ulp, e.g. <= 2^-10 for |log r| in [1, 2)
   in fp16). Before the cast both sides are clamped to the dtype's finite range (fp16 >= -65504)
-  so that a vanishing probability does not become -inf. ``shift_ratio`` is the same formula in
-  plain fp32 without any rounding (the reference used by external checks).
+  so that a vanishing probability does not become -inf. The tests check it against the same
+  formula in plain fp32 without any rounding (``tests/router_reference.py``).
 - The paper stores the old top-K routing PROBABILITIES in FP16; we store their logarithms,
   which keep full relative precision for small probabilities (fp16 probabilities lose
   precision below ~6e-5 and underflow below ~6e-8).
-- The old top-K experts are the ones the old forward actually used (``forward_with_router_cache``
-  reads the gate's own ``router_indices``); ``OldRouterCache.from_logits`` without indices
+- The old top-K experts are the ones the old forward actually used (the trainer's old pass reads
+  the gate's own ``router_indices`` through ``capture_router_logits``); ``OldRouterCache.from_logits`` without indices
   recomputes them as the routers do (topk of the fp32 softmax), which gives the same experts.
 - ``capture_router_logits`` concatenates the calls of several forwards per layer along N.
   Gradient checkpointing (non-reentrant, transformers' default) recomputes each layer in the
@@ -112,9 +112,7 @@ __all__ = [
     "RouterCapture",
     "capture_router_logits",
     "OldRouterCache",
-    "forward_with_router_cache",
     "router_shift_ratio",
-    "shift_ratio",
     "RoutingMode",
     "routing_control",
     "route_from_logits",
@@ -693,36 +691,6 @@ class OldRouterCache:
         )
 
 
-def forward_with_router_cache(
-    model: nn.Module,
-    *,
-    logp_dtype: torch.dtype = torch.float16,
-    keep_logits: bool = False,
-    **model_inputs: Any,
-) -> tuple[Any, OldRouterCache]:
-    """The old-policy pass: a no-grad ``model(**model_inputs)`` with router capture.
-
-    Returns (model outputs, OldRouterCache) where the cache holds the experts the forward used and
-    their fp32 log-probs stored in ``logp_dtype`` (plus the fp32 logits if ``keep_logits``). The
-    batch shape (B, T) is read from ``input_ids`` or ``inputs_embeds``.
-    """
-    ref = model_inputs.get("input_ids")
-    if ref is None:
-        ref = model_inputs.get("inputs_embeds")
-    if ref is None or ref.dim() < 2:
-        raise ValueError("forward_with_router_cache needs input_ids (B, T) or inputs_embeds (B, T, H)")
-    B, T = int(ref.shape[0]), int(ref.shape[1])
-    spec = router_spec(model)
-    with torch.no_grad(), capture_router_logits(model, detach=True) as cap:
-        outputs = model(**model_inputs)
-    if cap.num_calls != 1:
-        raise RuntimeError(f"expected one router call per layer in the old forward, got {cap.num_calls}")
-    cache = OldRouterCache.from_logits(
-        cap.logits, spec.top_k, (B, T), indices_list=cap.indices, logp_dtype=logp_dtype, keep_logits=keep_logits
-    )
-    return outputs, cache
-
-
 # --------------------------------------------------------------------------------------------
 # Router-shift ratio
 # --------------------------------------------------------------------------------------------
@@ -761,31 +729,6 @@ def router_shift_ratio(
         delta_sum = d if delta_sum is None else delta_sum + d
     delta = delta_sum / L  # (N,)  Eq. (6, drift_token)
     return torch.exp(-delta).view(B, T)  # (B, T)  Eq. (7, router_shift_ratio)
-
-
-def shift_ratio(old_logits: Sequence[Tensor], new_logits: Sequence[Tensor], top_k: int) -> Tensor:
-    """gamma (N,) of Eq. (7, router_shift_ratio), straight from the equations in fp32.
-
-    old_logits, new_logits: one (N, E) tensor per MoE layer. e_old = the top_k experts of
-    softmax(old). No rounding: this is the reference the cached path is checked against.
-    Differentiable w.r.t. new_logits.
-    """
-    if len(old_logits) == 0 or len(old_logits) != len(new_logits):
-        raise ValueError(f"need the same nonzero number of layers, got {len(old_logits)} old and {len(new_logits)} new")
-    ds = []
-    for l, (lo, ln) in enumerate(zip(old_logits, new_logits)):
-        if lo.dim() != 2 or lo.shape != ln.shape:
-            raise ValueError(
-                f"layer {l}: old and new logits must both be (N, E); got {tuple(lo.shape)} and {tuple(ln.shape)}"
-            )
-        if not 1 <= top_k <= lo.shape[-1]:
-            raise ValueError(f"top_k={top_k} must be in [1, {lo.shape[-1]}]")
-        lp_old = F.log_softmax(lo.float(), dim=-1)  # (N, E)
-        lp_new = F.log_softmax(ln.float(), dim=-1)  # (N, E)
-        e_old = torch.topk(lp_old.exp(), top_k, dim=-1).indices  # (N, K)
-        ds.append((lp_new.gather(-1, e_old) - lp_old.gather(-1, e_old)).abs().mean(-1))  # (N,) d[l]
-    delta = torch.stack(ds).mean(0)  # (N,)  Delta
-    return torch.exp(-delta)  # (N,)  gamma
 
 
 # --------------------------------------------------------------------------------------------

@@ -339,14 +339,14 @@ def run_speed(
         raise ValueError(f"contenders must include rspo and come from {CONTENDERS}, got {contenders}")
     if "trl" in contenders:
         _trl_available()
-    from rspo.bench import _prepare
+    from rspo.bench import prepare_inputs
     from rspo.models import set_threads
 
     set_threads(threads)
     results = []
     with tempfile.TemporaryDirectory(prefix="rspo-speed-") as tmp:
         work = Path(tmp)
-        _, name, data_dir, model_dir, source = _prepare(preset_path, model, data, work, threads)
+        _, name, data_dir, model_dir, source = prepare_inputs(preset_path, model, data, work, threads)
         results.append(
             bench_model(
                 preset_path,

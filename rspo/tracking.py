@@ -96,13 +96,13 @@ def eval_run_key(family: str, model_dir: str) -> str:
     return f"eval/{family}/{model_label(model_dir)}"
 
 
-def _sqlite_path(uri: str) -> Path | None:
+def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
 
 @contextmanager
 def _store_lock(uri: str):
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     if path is None:
         yield
         return
@@ -134,7 +134,7 @@ def ensure_experiment(uri: str, name: str) -> str:
                 client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
         artifact_root = None
-        path = _sqlite_path(uri)
+        path = sqlite_path(uri)
         if path is not None:
             artifact_root = (path.parent / "artifacts").resolve().as_uri()
         try:

@@ -5,10 +5,11 @@ column window trims only padding; scoring uses the sampling temperature."""
 import pytest
 import torch
 import torch.nn.functional as F
+from router_reference import forward_with_router_cache
 from tiny_moe import ARCHS, make_tiny_moe
 
 from rspo.models import position_ids_from_mask
-from rspo.router import OldRouterCache, RoutingMode, forward_with_router_cache
+from rspo.router import OldRouterCache, RoutingMode
 from rspo.train.forward import policy_forward, window
 
 G = 3

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "helpers without rspo imports",
         [
             "rspo",
+            "rspo.method",
             "rspo.jsonl",
             "rspo.seeding",
             "rspo.progress",
@@ -178,7 +179,70 @@ def test_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+# The pure method modules: what they import stays on the lowest floor (the method's vocabulary,
+# rspo.method), never the configuration or a command, so a reader of the loss reads only the loss.
+PURE = ("rspo.losses", "rspo.router")
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_method_modules_import_only_the_lowest_floor(module):
+    bad = {t: line for t, line in GRAPH[module].items() if t in MODULES and floor(t) > 0}
+    assert not bad, f"{module} imports {bad}: move what it needs into rspo.method (or a pure helper)"
+
+
+def private_names_used_across(module: str) -> list[str]:
+    """`from rspo.x import _name` and `x._name` on an imported rspo module x, in ``module``
+    (a leading underscore means: this module's own; dunders aside)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    aliases: dict[str, str] = {}  # local name -> rspo module it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rspo") and not node.level:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if sub in MODULES:
+                    aliases[alias.asname or alias.name] = sub
+                elif node.module != module and alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("rspo.") and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and aliases[node.value.id] != module
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = [hit for m in sorted(MODULES) for hit in private_names_used_across(m)]
+    assert not found, "private names used outside their module (make them public or move the code):\n" + "\n".join(
+        found
+    )
+
+
 def test_cycle_and_floor_checks_catch_offenders():
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 1}}) is None
     assert floor("rspo.jsonl") < floor("rspo.tasks") < floor("rspo.evaluate.cli") < floor("rspo.cli")
+
+
+def test_docs_architecture_lists_the_floors_of_this_file():
+    """docs/architecture.md's floors table is LAYERS: the same floors in the same order, each with
+    the same modules."""
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- floors: tests/test_layers.py LAYERS -->\n(.*?)<!-- end floors -->", page, re.S)
+    assert block, "docs/architecture.md has no floors table"
+    rows = [line for line in block.group(1).splitlines() if re.match(r"\| \d+ \|", line)]
+    documented = [re.findall(r"`([^`]+)`", row.split("|")[3]) for row in rows]
+    assert documented == [patterns for _, patterns in LAYERS], "update docs/architecture.md's floors table"

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from router_reference import forward_with_router_cache, shift_ratio
 from tiny_moe import ARCHS, make_tiny_moe
 from torch import nn
 
@@ -15,13 +16,11 @@ from rspo.router import (
     OldRouterCache,
     RoutingMode,
     capture_router_logits,
-    forward_with_router_cache,
     moe_gates,
     route_from_logits,
     router_shift_ratio,
     router_spec,
     routing_control,
-    shift_ratio,
 )
 
 B, T, VOCAB = 3, 7, 64

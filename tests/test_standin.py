@@ -96,7 +96,7 @@ def test_a_step_releases_the_gradients_before_the_engine_wakes_and_a_resume_read
     tr = Trainer(cfg, tmp_path / "run", task=digit_task(), backend_factory=lambda t: Recording(t, events))
     tr.train_step()
     tr.step += 1
-    tr._save_checkpoint()
+    tr.save_checkpoint()
     # the engine released after the rollout; the weights woken alone (1 MiB of 2) for the sync, with no
     # gradient anywhere; the KV cache woken after
     assert events[0] == ("engine built", 0)

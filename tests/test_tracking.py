@@ -266,7 +266,7 @@ def test_many_jobs_log_the_same_datasets_at_once_and_every_write_lands(uri, tmp_
         assert [a.path for a in c.list_artifacts(run.info.run_id)] == ["train.jsonl"]
     import sqlite3
 
-    db = sqlite3.connect(str(tracking._sqlite_path(uri)))
+    db = sqlite3.connect(str(tracking.sqlite_path(uri)))
     assert db.execute("select count(*), count(distinct name || digest) from datasets").fetchone() == (2 * rounds,) * 2
 
 

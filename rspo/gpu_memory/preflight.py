@@ -78,7 +78,7 @@ def run_stage(stage: str, args) -> None:
     trainer.train_step()
     trainer.step += 1
     if stage == "first":
-        trainer._save_checkpoint()
+        trainer.save_checkpoint()
     report = {
         "stage": stage,
         "device": trainer.device.type,
@@ -103,11 +103,11 @@ def _standin_factory(cfg, config):
     import torch
 
     from rspo.gpu_memory.shape import dtype_bytes
-    from rspo.gpu_memory.simulate import _meta_model
+    from rspo.gpu_memory.simulate import meta_model
     from rspo.rollout.standin import StandInBackend, StandInEngine
 
     c = dtype_bytes(cfg.model.dtype)
-    weights = c * sum(p.numel() for p in _meta_model(config).parameters()) // cfg.rollout.tensor_parallel_size
+    weights = c * sum(p.numel() for p in meta_model(config).parameters()) // cfg.rollout.tensor_parallel_size
 
     def factory(trainer):
         dev = trainer.device

@@ -299,7 +299,7 @@ def model_folder(config, folder: Path) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     if not getattr(config, "architectures", None):  # vLLM picks its model class from this field
-        config.architectures = [type(_meta_model(config)).__name__]
+        config.architectures = [type(meta_model(config)).__name__]
     config.save_pretrained(folder)
     build_tokenizer().save_pretrained(folder)
     return folder
@@ -369,7 +369,7 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
         steps = {None: 2, "keep-grads": 1, "resume-after-engine": 0}[regression]
         c = dtype_bytes(cfg.model.dtype)
         N = cfg.rollout.tensor_parallel_size
-        weights = c * sum(p.numel() for p in _meta_model(config).parameters()) // N
+        weights = c * sum(p.numel() for p in meta_model(config).parameters()) // N
         share = int(cfg.rollout.vllm_gpu_memory_utilization * gpu_gib * GIB)
 
         def engine(trainer):
@@ -392,7 +392,7 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
                 if attempt == "resume" and regression == "resume-after-engine":  # the old order
                     trainer = _trainer(Trainer, run_cfg, root / "elsewhere", task, dist, engine, memory)
                     with memory.phase("resume"):
-                        trainer._load_checkpoint(trainer.folder.latest_checkpoint() or _latest(root / "run"))
+                        trainer.load_checkpoint(trainer.folder.latest_checkpoint() or _latest(root / "run"))
                 else:
                     trainer = _trainer(Trainer, run_cfg, root / "run", task, dist, engine, memory)
                 if attempt == "train":
@@ -403,7 +403,7 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
                         trainer.step += 1
                         if k == 0 and steps > 1:  # the first step warms the fake machinery up (module docstring)
                             memory.peaks = {ph: v for ph, v in memory.peaks.items() if ph == "engine_start"}
-                    trainer._save_checkpoint()
+                    trainer.save_checkpoint()
                 memory.stop()
                 for k, v in memory.peaks.items():
                     peaks[k] = max(peaks.get(k, 0.0), v)
@@ -422,7 +422,7 @@ def _latest(run: Path) -> Path:
     return max((run / "checkpoints").glob("step_*"))
 
 
-def _meta_model(config):
+def meta_model(config):
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):

@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rspo.config import check_gamma_min
-from rspo.losses import DEFAULT_GAMMA_MIN, router_shift_log_weight
+from rspo.losses import router_shift_log_weight, router_shift_stats, router_shift_sums
+from rspo.method import DEFAULT_GAMMA_MIN, check_gamma_min
 from rspo.models import response_slice
 from rspo.router import OldRouterCache, capture_router_logits, router_shift_ratio, router_spec
 
@@ -234,13 +234,10 @@ class RouterShiftMixin:
         return old - log_gamma  # a new tensor: the buffered inputs are reused over num_iterations
 
     def _rs_log_metrics(self, gamma: torch.Tensor, mask: torch.Tensor) -> None:
-        g = torch.where(mask, gamma.float(), torch.zeros((), device=gamma.device))
-        local = torch.stack([g.sum(), ((gamma < self.rs_gamma_min) & mask).sum().float(), mask.sum().float()])
-        total = self.accelerator.reduce(local, reduction="sum")
-        n = total[2].clamp(min=1.0)
+        total = self.accelerator.reduce(router_shift_sums(gamma, mask, self.rs_gamma_min), reduction="sum")
         mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["router/shift_ratio_mean"].append((total[0] / n).item())
-        self._metrics[mode]["router/shift_clipfrac"].append((total[1] / n).item())
+        for name, value in router_shift_stats(total).items():
+            self._metrics[mode][name].append(value)
 
 
 class RSGRPOTrainer(RouterShiftMixin, GRPOTrainer):

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
+def table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
     """MLflow names of the evaluation runs a table reads (eval-<task>-<model label>)."""
     import json
     from pathlib import Path
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         md, tex = tables.write(table, args.out)
         print(f"wrote {md} and {tex}")
         if args.mlflow:
-            _log_mlflow(plan, args.name, [md, tex], _table_sources(plan, args.name, args.eval_dir))
+            _log_mlflow(plan, args.name, [md, tex], table_sources(plan, args.name, args.eval_dir))
         return 0
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"rspo report: error: {e}", file=sys.stderr)

@@ -407,7 +407,7 @@ def _unshare_argv(python: str, uid: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Setup:
+class SandboxSetup:
     backend: str
     python: str
     binds: tuple[str, ...]
@@ -433,7 +433,7 @@ def _candidate_pythons() -> list[str]:
 
 def _probe(backend: str, python: str, binds: tuple[str, ...]) -> str | None:
     """Run a tiny program through the real path; None if it works, else why not."""
-    setup = _Setup(backend, python, binds, ())
+    setup = SandboxSetup(backend, python, binds, ())
     try:
         res = _run(setup, "print(int(input()) + 1)", "stdin", ["41"], None, Limits(timeout=10.0), None)
     except Exception as exc:  # noqa: BLE001
@@ -446,11 +446,11 @@ def _probe(backend: str, python: str, binds: tuple[str, ...]) -> str | None:
     return None
 
 
-_SETUPS: dict[str, _Setup] = {}
+_SETUPS: dict[str, SandboxSetup] = {}
 _SETUP_LOCK = threading.Lock()
 
 
-def _setup(backend: str | None) -> _Setup:
+def sandbox_setup(backend: str | None) -> SandboxSetup:
     want = backend or os.environ.get("RSPO_SANDBOX_BACKEND") or "auto"
     if want not in BACKENDS + ("auto",):
         raise ValueError(f"sandbox backend must be one of {BACKENDS} or 'auto', got {want!r}")
@@ -473,7 +473,7 @@ def _setup(backend: str | None) -> _Setup:
                     continue
                 why = _probe(b, py, tuple(binds) if b == "bwrap" else ())
                 if why is None:
-                    s = _Setup(b, py, tuple(binds) if b == "bwrap" else (), tuple(notes))
+                    s = SandboxSetup(b, py, tuple(binds) if b == "bwrap" else (), tuple(notes))
                     _SETUPS[want] = s
                     return s
                 notes.append(f"{b} with {py}: {why.strip().splitlines()[-1][:300] if why.strip() else why}")
@@ -482,12 +482,12 @@ def _setup(backend: str | None) -> _Setup:
 
 def sandbox_backend(backend: str | None = None) -> str:
     """Isolation in use: "bwrap", "unshare" or "rlimits" (see the module docstring)."""
-    return _setup(backend).backend
+    return sandbox_setup(backend).backend
 
 
 def sandbox_info(backend: str | None = None) -> dict:
     """Backend, interpreter, uid policy and why stronger backends were skipped."""
-    s = _setup(backend)
+    s = sandbox_setup(backend)
     return {
         "backend": s.backend,
         "python": s.python,
@@ -530,7 +530,7 @@ def run_python(
             raise ValueError(f"functional case {i}: input must be a list of arguments, got {type(inp).__name__}")
     if not isinstance(limits, Limits):
         raise TypeError("limits must be a rspo.rewards.sandbox.Limits")
-    return _run(_setup(backend), code, kind, inputs, fn_name, limits, on_case)
+    return _run(sandbox_setup(backend), code, kind, inputs, fn_name, limits, on_case)
 
 
 def _rmtree(path: str) -> None:
@@ -545,7 +545,7 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
-def _run(setup: _Setup, code, kind, inputs, fn_name, limits: Limits, on_case) -> RunResult:
+def _run(setup: SandboxSetup, code, kind, inputs, fn_name, limits: Limits, on_case) -> RunResult:
     spec = {
         "code": code,
         "kind": kind,
@@ -689,7 +689,7 @@ def _run(setup: _Setup, code, kind, inputs, fn_name, limits: Limits, on_case) ->
         _teardown(proc, lease, workdir)
 
 
-def _launch(setup: _Setup, spec: dict, limits: Limits, lease, stderr) -> tuple[subprocess.Popen, str | None]:
+def _launch(setup: SandboxSetup, spec: dict, limits: Limits, lease, stderr) -> tuple[subprocess.Popen, str | None]:
     """Start the harness under the backend; (process, host working directory or None)."""
     root = lease is not None
     workdir = None
@@ -799,7 +799,7 @@ class CallSession:
         *,
         limits: Limits = Limits(),
         backend: str | None = None,
-        setup: _Setup | None = None,
+        setup: SandboxSetup | None = None,
         frame_bytes: int = _FRAME_BYTES,
     ):
         if not isinstance(code, str):
@@ -807,7 +807,7 @@ class CallSession:
         self.code = code
         self.limits = limits
         self.frame_bytes = frame_bytes
-        self._setup_obj = setup if setup is not None else _setup(backend)
+        self._setup_obj = setup if setup is not None else sandbox_setup(backend)
         self.backend = self._setup_obj.backend
         self._proc = None
         self._lease = None

@@ -81,7 +81,7 @@ import sys
 import threading
 from typing import Any
 
-from rspo.rewards.sandbox import CandidateRaised, Limits, SessionError, _setup
+from rspo.rewards.sandbox import CandidateRaised, Limits, SessionError, sandbox_setup
 
 __all__ = ["check_asserts", "check_evalplus", "stub_names", "CandidateError", "EVALPLUS_MEMORY_MB"]
 
@@ -242,7 +242,7 @@ atexit.register(_close_idle)
 
 
 def _run_evaluator(spec: dict, budget_s: float) -> tuple[float, str]:
-    s = _setup(spec.pop("backend", None))
+    s = sandbox_setup(spec.pop("backend", None))
     spec["setup"] = (s.backend, s.python, s.binds)
     spec["alarm"] = int(math.ceil(budget_s + _EVALUATOR_SLACK_S / 2))
     ev = _acquire()
@@ -453,7 +453,7 @@ def _evalplus_mode(spec: dict, session) -> tuple[float, str]:
 
 
 def _serve_one(spec: dict) -> tuple[float, str]:
-    from rspo.rewards.sandbox import CallSession, _Setup
+    from rspo.rewards.sandbox import CallSession, SandboxSetup
 
     def on_alarm(signum, frame):
         raise SystemExit("the evaluator's own deadline passed")
@@ -462,7 +462,7 @@ def _serve_one(spec: dict) -> tuple[float, str]:
     signal.alarm(spec["alarm"])
     session = None
     try:
-        session = CallSession(spec["program"], limits=spec["limits"], setup=_Setup(*spec["setup"], ()))
+        session = CallSession(spec["program"], limits=spec["limits"], setup=SandboxSetup(*spec["setup"], ()))
         try:
             session.start()
         except SessionError as exc:

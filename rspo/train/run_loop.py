@@ -45,7 +45,7 @@ def stop_for_time_limit(t, info: dict[str, Any], progress: Progress) -> dict[str
     """Save (unless this step's checkpoint exists) and return before the job's time limit."""
     saved = t.folder.latest_checkpoint()
     if saved is None or saved != t.folder.step_dir(t.step):
-        t._save_checkpoint()
+        t.save_checkpoint()
     progress.write(f"[train {t.cfg.run_name}] stopped at step {t.step} before the job's time limit; resubmit to resume")
     progress.close()
     if t.tracker:
@@ -109,7 +109,7 @@ def run(t) -> dict[str, Any]:
             )
             t.time_limit.record_step(time.perf_counter() - t_step)
             if sc.ckpt_every and (t.step % sc.ckpt_every == 0) and t.step < sc.total_steps:
-                t._save_checkpoint()
+                t.save_checkpoint()
         t._save_final({**read_meta(cfg.model.path), "run": info})
     except BaseException as e:
         progress.close()

@@ -82,6 +82,8 @@ from rspo.losses import (
     group_advantages,
     masked_mean,
     mismatch_metrics,
+    router_shift_stats,
+    router_shift_sums,
     seq_mean_token_mean,
 )
 from rspo.models import (
@@ -267,16 +269,13 @@ class Trainer:
         run_id = None
         if ckpt is not None:
             with self.memory.phase("resume"):
-                run_id = self._load_checkpoint(ckpt)
+                run_id = self.load_checkpoint(ckpt)
         elif self.dist.is_main:
             self.folder.reset_metrics()
         self.dist.barrier()  # no rank reads the folder while rank 0 rewrites it
         return run_id
 
-    def latest_checkpoint(self) -> Path | None:
-        return self.folder.latest_checkpoint()
-
-    def _save_checkpoint(self) -> None:
+    def save_checkpoint(self) -> None:
         """Sharded model and optimizer state, written by every rank in parallel (rspo.train.checkpoint)."""
         state = {
             "step": self.step,
@@ -294,7 +293,7 @@ class Trainer:
             self.folder.prune_checkpoints(self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
 
-    def _load_checkpoint(self, ckpt: Path) -> str | None:
+    def load_checkpoint(self, ckpt: Path) -> str | None:
         """Every rank reads its own shards (any world size resumes any other's checkpoint)."""
         state = checkpoint.load(ckpt, self.model, self.optimizer, self.dist)
         self.scheduler.load_state_dict(state["scheduler"])
@@ -531,10 +530,7 @@ class Trainer:
         if self.dist.any(err is not None):
             raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
         if gamma is not None and not a.router_shift:  # diagnostics for every run, as in the loss
-            g = gamma.detach()
-            mb = mask.bool()
-            m["router/shift_ratio_mean"] = masked_mean(g, mb).item()
-            m["router/shift_clipfrac"] = masked_mean((g < a.gamma_min).float(), mb).item()
+            m.update(router_shift_stats(router_shift_sums(gamma, mask.bool(), a.gamma_min)))
         if a.entropy_coef > 0:  # a mean over responses like the policy loss, so micro-batching is exact
             loss = loss - a.entropy_coef * seq_mean_token_mean(ent, mask.bool())
         if a.router_aux_loss_coef > 0:

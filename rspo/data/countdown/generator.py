@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rspo.data.countdown.solver import _fits_int64, _solvable, first_solution
+from rspo.data.countdown.solver import first_solution, fits_int64, solvable_rows
 from rspo.data.countdown.traces import HEURISTICS, make_record
 from rspo.jsonl import write_atomic
 
@@ -144,7 +144,7 @@ def _draw_problems(
             )
         k = min(k, MAX_DRAWS - drawn, max(8, ROW_CAP // pending.size))
         cand = rng.integers(1, max_number + 1, size=(pending.size, k, n), dtype=np.int64)
-        ok = _solvable(cand.reshape(-1, n), np.repeat(tgt[pending], k), vectorised)
+        ok = solvable_rows(cand.reshape(-1, n), np.repeat(tgt[pending], k), vectorised)
         ok = ok.reshape(pending.size, k)  # (P, k)
         has = ok.any(axis=1)
         first = ok.argmax(axis=1)
@@ -160,7 +160,7 @@ def _gen_chunk(args: tuple) -> list[dict]:
     seed, split, chunk, count, targets, n, max_number, traces, exclude = args
     rng = _chunk_rng(seed, split, chunk)
     targets = np.asarray(targets, dtype=np.int64)
-    vec = _fits_int64(n, max_number, int(targets.max()))
+    vec = fits_int64(n, max_number, int(targets.max()))
     tgt, nums = _draw_problems(rng, targets, count, n, max_number, vec)
     sols = [first_solution(int(t), row.tolist()) for t, row in zip(tgt, nums, strict=True)]
     # val: a problem whose solution occurs in train is redrawn (new target and numbers).

@@ -1,5 +1,5 @@
 """Countdown search: the first solution of Qin et al.'s exhaustive DFS (``first_solution``) and a
-vectorised solvability test for batches of candidate problems (``_solvable``); see the package
+vectorised solvability test for batches of candidate problems (``solvable_rows``); see the package
 docstring (rspo.data.countdown) for the order of the search."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def combine_nums(a: int, b: int) -> list[tuple[int, str]]:
     return out
 
 
-def _results(a: int, b: int) -> list[tuple[int, int, str, int]]:
+def raw_results(a: int, b: int) -> list[tuple[int, int, str, int]]:
     """Like `combine_nums` but (result, x, sym, y) without formatting (the search's hot path)."""
     if a <= b:
         out = [(a + b, a, "+", b), (a * b, a, "*", b), (b - a, b, "-", a)]
@@ -47,13 +47,13 @@ def _search(nums: list[int], target: int) -> list[tuple[int, int, str, int]] | N
     """First solution of the exhaustive DFS (Qin et al.'s `CountDown.search` order)."""
     n = len(nums)
     if n == 2:
-        for res in _results(nums[0], nums[1]):
+        for res in raw_results(nums[0], nums[1]):
             if res[0] == target:
                 return [res]
         return None
     for i, j in itertools.combinations(range(n), 2):
         rest = [nums[k] for k in range(n) if k != i and k != j]
-        for res in _results(nums[i], nums[j]):
+        for res in raw_results(nums[i], nums[j]):
             sub = _search(rest + [res[0]], target)
             if sub is not None:
                 return [res, *sub]
@@ -70,7 +70,7 @@ def all_solutions(target: int, nums: Sequence[int]) -> list[list[str]]:
         n = len(cur)
         for i, j in itertools.combinations(range(n), 2):
             rest = [cur[k] for k in range(n) if k != i and k != j]
-            for r, x, sym, y in _results(cur[i], cur[j]):
+            for r, x, sym, y in raw_results(cur[i], cur[j]):
                 step = [*path, f"{x}{sym}{y}={r}"]
                 if n > 2:
                     rec(rest + [r], step)
@@ -96,7 +96,7 @@ def _solvable_batch(nums: np.ndarray, target: np.ndarray) -> np.ndarray:
     nums (B, n) int64, target (B,) int64 -> (B,) bool. Enumerates the same trees as
     `_search` (pair, operation, recurse) on whole columns; at the last pair (x, y) the four
     operations are tested against the target directly; exact division hi/lo == t is
-    `lo != 0 and lo * t == hi`. Callers keep values below 2**62 (see `_fits_int64`).
+    `lo != 0 and lo * t == hi`. Callers keep values below 2**62 (see `fits_int64`).
     """
     hit = np.zeros(nums.shape[0], dtype=bool)
 
@@ -127,12 +127,12 @@ def _solvable_batch(nums: np.ndarray, target: np.ndarray) -> np.ndarray:
     return hit
 
 
-def _fits_int64(n: int, max_number: int, max_target: int) -> bool:
+def fits_int64(n: int, max_number: int, max_target: int) -> bool:
     """Every intermediate value (<= max_number**n) and lo * target stay below 2**62."""
     return max_number**n * max(max_target, 1) < 2**62
 
 
-def _solvable(nums: np.ndarray, target: np.ndarray, vectorised: bool) -> np.ndarray:
+def solvable_rows(nums: np.ndarray, target: np.ndarray, vectorised: bool) -> np.ndarray:
     """(B, n), (B,) -> (B,) bool, in blocks of `ROW_BLOCK` rows; Python fallback on overflow risk."""
     out = np.empty(nums.shape[0], dtype=bool)
     for a in range(0, nums.shape[0], ROW_BLOCK):

@@ -9,7 +9,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from rspo.data.countdown.solver import _results
+from rspo.data.countdown.solver import raw_results
 
 STYLES = ("steps", "optimal_path", "search_path")
 HEURISTICS = ("sum_heuristic", "mult_heuristic")
@@ -79,7 +79,7 @@ def dfs_search_path(target: int, nums: Sequence[int], heuristic: str) -> str:
         for i, j in itertools.combinations(range(n), 2):
             rest = [cur[k] for k in range(n) if k != i and k != j]
             base = total - dist[i] - dist[j]
-            for r, x, sym, y in _results(cur[i], cur[j]):
+            for r, x, sym, y in raw_results(cur[i], cur[j]):
                 hv = base + d(r)
                 if mean and m > 1:
                     hv = hv / m
