@@ -70,7 +70,7 @@ test-vllm: venv-vllm
 		tests/test_*vllm*.py $(TRANSFORMERS_TESTS)
 
 # the tracking race check at length: the whole smoke DAG with maximal parallel starts, RACE_REPEATS
-# times in fresh workspaces (make test runs it twice; ~4.8 min per repetition on 2 cores)
+# times in fresh workspaces (make test runs it once; ~5 to 8 min per repetition on 2 cores)
 RACE_REPEATS ?= 5
 test-race: venv sandbox
 	RSPO_SMOKE_REPEATS=$(RACE_REPEATS) OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_workflow_smoke.py

@@ -3,7 +3,7 @@
 # (tests/test_slurm.py). Debian 12, no systemd, as root:
 #   scripts/slurm_local.sh start    # install slurm-wlm + munge if needed, start munged,
 #                                   # slurmctld, slurmd; wait until the node is idle
-#   scripts/slurm_local.sh stop     # stop the three daemons by PID
+#   scripts/slurm_local.sh stop     # stop the three daemons by PID, remove the slurm.conf written here
 #   scripts/slurm_local.sh status   # exit 0 if the node answers, else 1
 # A one-node configuration that works without systemd: no cgroups
 # (proctrack/linuxproc, task/none), select/cons_tres, no accounting (the profile polls with
@@ -114,6 +114,13 @@ stop() {
             echo "slurm_local: stopped $(basename "$f" .pid) ($pid)"
         fi
     done
+    # Without a controller, a slurm.conf left behind makes every `scontrol show config` wait ~9 s for
+    # it, and the SLURM executor plugin runs that probe each time Snakemake starts (any Snakemake,
+    # local runs included). start writes the file again.
+    if [ -f "$CONF" ] && grep -qF "$MARK" "$CONF"; then
+        rm -f "$CONF"
+        echo "slurm_local: removed $CONF"
+    fi
     return 0
 }
 

@@ -51,6 +51,10 @@ def slurm():
     yield
     if not was_up:  # stop only what this test started
         subprocess.run([str(SCRIPT), "stop"], capture_output=True, timeout=60)
+        # and its slurm.conf: left without a controller, it makes every later Snakemake start wait
+        # ~9 s (the SLURM plugin asks `scontrol show config` at import)
+        conf = Path("/etc/slurm/slurm.conf")
+        assert not (conf.exists() and "rspo scripts/slurm_local.sh" in conf.read_text()), "stop left its slurm.conf"
 
 
 def _snakemake(cwd: Path, *args: str, timeout: int = 150, tracking_uri: str = "") -> subprocess.CompletedProcess:

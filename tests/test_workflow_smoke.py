@@ -1,6 +1,6 @@
 """The whole smoke DAG for real, several times in a row with maximal parallel starts (its own file,
 so pytest-xdist runs it beside the rest of the workflow tests: it is the suite's longest part).
-Two repetitions under `make test`; `make test-race` runs more (RSPO_SMOKE_REPEATS)."""
+One repetition under `make test`; `make test-race` runs more (RSPO_SMOKE_REPEATS)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rspo.plan import Plan
 # ---------------------------------------------------------------------------- real commands (slow)
 
 
-SMOKE_REPEATS = int(os.environ.get("RSPO_SMOKE_REPEATS", "2"))
+SMOKE_REPEATS = int(os.environ.get("RSPO_SMOKE_REPEATS", "1"))
 
 
 @pytest.fixture(scope="module")
