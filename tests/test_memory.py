@@ -16,6 +16,7 @@ from rspo.losses import group_advantages
 from rspo.router import RoutingMode
 from rspo.train.memory import RowCache, merge_micro_metrics, pack_micro_batches, row_tokens
 from rspo.train.trainer import Trainer
+from rspo.train.update import StepTensors
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def one_update(assets, tmp_path, algo, budget):
     adv = group_advantages(rewards, cfg.rollout.group_size)
     mbs = tr._mini_batches(0, 0, cfg.rollout.group_size, 4)
     tr._row_tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
-    old_logp, _, cache = tr._old_pass(batch, mbs, mbs)
+    old_logp, entropy, cache = tr._old_pass(batch, mbs, mbs)
     with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
         for p in tr.model.parameters():
@@ -62,7 +63,7 @@ def one_update(assets, tmp_path, algo, budget):
 
     tr.optimizer.step = captured_step
     tr.model.train()
-    metrics = tr._update_mini_batch(batch, mbs[0], adv, old_logp, cache, None)
+    metrics = tr._update_mini_batch(StepTensors(batch, adv, old_logp, entropy, cache), mbs[0], record=False)
     means = merge_micro_metrics(metrics, cfg.algorithm.algo)
     return grads, means, len(tr._micro_batches(mbs[0]))
 

@@ -76,33 +76,11 @@ from rspo.distributed import (
     rank_device,
 )
 from rspo.gpu_memory.phases import PhaseMemory, measure_for
-from rspo.losses import (
-    NonFiniteLogProbError,
-    compute_policy_loss,
-    group_advantages,
-    masked_mean,
-    mismatch_metrics,
-    router_shift_stats,
-    router_shift_sums,
-    seq_mean_token_mean,
-)
-from rspo.models import (
-    load_balancing_loss,
-    load_tokenizer_checked,
-    read_meta,
-    resolve_device,
-    response_slice,
-    set_threads,
-)
+from rspo.losses import NonFiniteLogProbError, group_advantages, masked_mean, mismatch_metrics
+from rspo.models import load_tokenizer_checked, read_meta, resolve_device, set_threads
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.colocate import check_tensor_parallel
-from rspo.router import (
-    OldRouterCache,
-    RoutingMode,
-    router_shift_ratio,
-    router_spec,
-    routing_agreement,
-)
+from rspo.router import OldRouterCache, RoutingMode, router_spec, routing_agreement
 from rspo.seeding import derive_seed
 from rspo.tasks import Task, task_for
 from rspo.train import checkpoint
@@ -122,6 +100,7 @@ from rspo.train.precision import Precision, load_and_shard
 from rspo.train.rollouts import Rollouts
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
 from rspo.train.time_limit import TimeLimit
+from rspo.train.update import StepTensors, micro_batch_loss
 
 __all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
 
@@ -432,9 +411,10 @@ class Trainer:
             indices=idx, logp=torch.zeros(idx.shape, dtype=torch.float16), num_experts=self.spec.num_experts
         )
 
-    def _mismatch(self, batch: RolloutBatch, old_logp: torch.Tensor, cache: RowCache | None) -> dict[str, float]:
+    def _mismatch(self, st: StepTensors) -> dict[str, float]:
         """The train-inference mismatch of the step (rspo.losses.mismatch_metrics) and, when the engine
         reported its routing, the share of (position, MoE layer) whose experts the old pass chose too."""
+        batch, old_logp, cache = st.batch, st.old_logp, st.cache
         if batch.engine_logp is None:
             return {}
         mask = batch.response_mask.bool()
@@ -463,88 +443,48 @@ class Trainer:
         cache.assign(rows, part.pad_columns(lo, T))
 
     def _update_micro(
-        self, batch, rows, old_logp, adv, cache, n_valid_mb, entropy=None, empty=False
+        self, st: StepTensors, rows: torch.Tensor, n_valid_mb: int, *, record: bool = False, empty: bool = False
     ) -> dict[str, float]:
-        """Forward, loss and backward of one micro-batch (backward inside routing_control, so a
-        gradient-checkpointing recomputation routes the same way).
+        """Forward, loss (rspo.train.update.micro_batch_loss) and backward of one micro-batch, backward
+        inside routing_control so a gradient-checkpointing recomputation routes the same way.
 
-        With ``entropy`` given (the on-policy first mini-batch, whose old pass was skipped), the
-        forward's own detached log-probs, entropy and router cache are recorded as the old values
-        of these rows before the loss: theta == theta_old, so they are what the old pass computes.
+        ``record`` (the on-policy first mini-batch, whose old pass was skipped): the forward's own
+        detached log-probs, entropy and router cache are recorded as the old values of these rows before
+        the loss: theta == theta_old, so they are what the old pass computes. ``empty``: a stand-in
+        micro-batch of a rank with fewer micro-batches than another; its loss counts zero responses.
         """
         a = self.cfg.algorithm
-        record = entropy is not None
-        capture = a.router_aux_loss_coef > 0 or cache is not None
         with self._forward(
-            batch,
+            st.batch,
             rows,
             with_entropy=a.entropy_coef > 0 or record,
-            capture=capture,
+            capture=a.router_aux_loss_coef > 0 or st.cache is not None,
             update=True,
-            cache=None if record else cache,
+            cache=None if record else st.cache,
         ) as (out, (lo, hi)):
-            return self._loss_and_backward(batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy, empty)
-
-    def _loss_and_backward(self, batch, rows, out, lo, hi, old_logp, adv, cache, n_valid_mb, entropy, empty):
-        a = self.cfg.algorithm
-        P = batch.prompt_width
-        T = batch.input_ids.shape[1]
-        record = entropy is not None
-        r = hi - P
-        mask = batch.response_mask[rows, :r]
-        logp, ent = out.logp, out.entropy
-        if record:
-            old_logp[rows, :r] = logp.detach()
-            entropy[rows, :r] = ent.detach()
-            if cache is not None:
-                self._record_cache(cache, rows, out, lo, hi, T)
-        gamma = None
-        if cache is not None:
-            # gamma over every position of the window, then the positions that predict response tokens
-            keep_graph = a.router_shift and not a.stop_gradient  # only the no-stop-gradient ablation
-            with torch.set_grad_enabled(keep_graph):
-                gamma_full = router_shift_ratio(cache[rows, lo:hi], out.router_logits)  # (b, hi - lo)
-            gamma = response_slice(gamma_full, P - lo)  # (b, r)
-        err = None
-        try:
-            engine = batch.engine_logp
-            loss, m = compute_policy_loss(
-                a.algo,
-                logp,
-                old_logp[rows, :r],
-                adv[rows],
-                mask,
-                gamma=gamma if a.router_shift else None,
-                gamma_min=a.gamma_min,
-                stop_gradient=a.stop_gradient,
-                clip_low=a.clip_low,
-                clip_high=a.clip_high,
-                engine_log_prob=None if engine is None else engine[rows, :r].to(logp.device),
-                correction=a.rollout_correction,
-                correction_low=a.rollout_correction_low,
-                correction_high=a.rollout_correction_high,
-            )
-        except NonFiniteLogProbError as e:
-            err, loss, m = str(e), None, {}
-        # every rank must take the same branch: backward is a collective under FSDP
-        if self.dist.any(err is not None):
-            raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
-        if gamma is not None and not a.router_shift:  # diagnostics for every run, as in the loss
-            m.update(router_shift_stats(router_shift_sums(gamma, mask.bool(), a.gamma_min)))
-        if a.entropy_coef > 0:  # a mean over responses like the policy loss, so micro-batching is exact
-            loss = loss - a.entropy_coef * seq_mean_token_mean(ent, mask.bool())
-        if a.router_aux_loss_coef > 0:
-            aux = load_balancing_loss(out.router_logits, self.spec.top_k, batch.attention_mask[rows, lo:hi])
-            loss = loss + a.router_aux_loss_coef * aux
-            m["actor/router_aux_loss"] = float(aux.detach())
-        n_valid = 0 if empty else int(mask.bool().any(dim=1).sum())  # an empty micro-batch adds nothing
-        # share of the global mini-batch; x world size because FSDP averages gradients over ranks
-        scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
-        bad = not bool(torch.isfinite(scaled))
-        if self.dist.any(bad):
-            raise NonFiniteLogProbError(f"loss is {scaled.item()}" if bad else "non-finite loss on another rank")
-        scaled.backward()
-        return m
+            r = hi - st.batch.prompt_width
+            if record:
+                st.old_logp[rows, :r] = out.logp.detach()
+                st.entropy[rows, :r] = out.entropy.detach()
+                if st.cache is not None:
+                    self._record_cache(st.cache, rows, out, lo, hi, st.batch.input_ids.shape[1])
+            err = None
+            try:
+                loss, m = micro_batch_loss(a, self.spec.top_k, st, rows, out, lo, hi)
+            except NonFiniteLogProbError as e:
+                err, loss, m = str(e), None, {}
+            # every rank must take the same branch: backward is a collective under FSDP
+            if self.dist.any(err is not None):
+                raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
+            mask = st.batch.response_mask[rows, :r]
+            n_valid = 0 if empty else int(mask.bool().any(dim=1).sum())  # an empty micro-batch adds nothing
+            # share of the global mini-batch; x world size because FSDP averages gradients over ranks
+            scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
+            bad = not bool(torch.isfinite(scaled))
+            if self.dist.any(bad):
+                raise NonFiniteLogProbError(f"loss is {scaled.item()}" if bad else "non-finite loss on another rank")
+            scaled.backward()
+            return m
 
     def _mini_batches(self, step: int, epoch: int, G: int, n_prompts: int) -> list[torch.Tensor]:
         order = random.Random(derive_seed(self.cfg.seed, step, 11, epoch)).sample(range(n_prompts), n_prompts)
@@ -555,24 +495,23 @@ class Trainer:
             mbs.append((prompts[:, None] * G + torch.arange(G)[None, :]).reshape(-1))  # rows of those groups
         return mbs
 
-    def _update_mini_batch(self, batch, mb, adv, old_logp, cache, record) -> dict[str, list[float]] | None:
+    def _update_mini_batch(self, st: StepTensors, mb: torch.Tensor, *, record: bool) -> dict[str, list] | None:
         """One optimiser update on mini-batch ``mb`` (its micro-batches accumulate); -> its metrics
-        (every rank's micro-batch values), or None when the update was skipped for non-finite values."""
+        (every rank's micro-batch values), or None when the update was skipped for non-finite values.
+        ``record``: the on-policy first mini-batch records its own old values (see _update_micro)."""
         cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
-        mask = batch.response_mask
+        mask = st.batch.response_mask
         n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
         metrics: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # (value, responses, tokens) per micro
         try:
             with self.memory.phase("update"):
                 for rows in self._micro_batches(mb):
                     if rows is None:  # another rank has more micro-batches: a forward and backward adding nothing
-                        self._update_micro(
-                            batch, self._local_rows(mb)[:1], old_logp, adv, cache, n_valid_mb, empty=True
-                        )
+                        self._update_micro(st, self._local_rows(mb)[:1], n_valid_mb, empty=True)
                         continue
                     w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
-                    for k, v in self._update_micro(batch, rows, old_logp, adv, cache, n_valid_mb, record).items():
+                    for k, v in self._update_micro(st, rows, n_valid_mb, record=record).items():
                         metrics[k].append((v, *w))
             with self.memory.phase("optimizer_step"):
                 params = [p for p in self.model.parameters() if p.grad is not None and p.numel()]
@@ -601,7 +540,7 @@ class Trainer:
         metrics["actor/grad_norm"].append((float(grad_norm), 1, 1))
         return metrics
 
-    def _updates(self, batch, adv, old_logp, entropy, cache, mbs0, n_prompts):
+    def _updates(self, st: StepTensors, mbs0: list[torch.Tensor], n_prompts: int):
         """The step's ppo_epochs x mini-batch updates. -> (metrics averaged over updates, the
         first (on-policy) mini-batch's metrics, number of skipped updates)"""
         G = self.cfg.rollout.group_size
@@ -613,8 +552,7 @@ class Trainer:
             mbs = mbs0 if epoch == 0 else self._mini_batches(self.step, epoch, G, n_prompts)
             for j, mb in enumerate(mbs):
                 # the on-policy first mini-batch records its own old values (see _update_micro)
-                record = entropy if self.onpolicy_shortcut and epoch == 0 and j == 0 else None
-                m = self._update_mini_batch(batch, mb, adv, old_logp, cache, record)
+                m = self._update_mini_batch(st, mb, record=self.onpolicy_shortcut and epoch == 0 and j == 0)
                 if m is None:
                     skipped += 1
                     continue
@@ -648,7 +586,8 @@ class Trainer:
         with mem.phase("old_pass"):
             old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0, mbs0)
         t3 = time.perf_counter()
-        metrics, first_mb, skipped = self._updates(batch, adv, old_logp, entropy, cache, mbs0, n_prompts)
+        st = StepTensors(batch, adv, old_logp, entropy, cache)
+        metrics, first_mb, skipped = self._updates(st, mbs0, n_prompts)
         t4 = time.perf_counter()
         with mem.phase("sync"):  # the engine's weights wake, the training model streams into them
             self.backend.sync_weights(self.model)
@@ -683,7 +622,7 @@ class Trainer:
                 "perf/update_tokens_per_s": float(batch.attention_mask.sum()) * cfg.schedule.ppo_epochs / upd_s,
             }
         )
-        metrics.update(self._mismatch(batch, old_logp, cache))
+        metrics.update(self._mismatch(st))
         if cache is not None:
             metrics["router/cache_bytes"] = float(cache.nbytes)
             metrics["router/cache_bytes_per_entry"] = float(cache.bytes_per_entry)
