@@ -222,8 +222,6 @@ class AlgorithmConfig:
     clip_low: float | None = None
     """None -> the paper's default for algo (rspo.losses.DEFAULT_CLIP)."""
     clip_high: float | None = None
-    kl_coef: float = 0.0
-    """KL penalty to the reference model (0 in the paper's baselines; not implemented above 0)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (0 in the paper)."""
     router_aux_loss_coef: float = 0.0
@@ -252,8 +250,6 @@ class AlgorithmConfig:
                 f"the bounds must satisfy 0 <= low < 1 < high, got ({self.rollout_correction_low}, "
                 f"{self.rollout_correction_high})",
             )
-        if self.kl_coef != 0.0:
-            raise _err(f"{prefix}.kl_coef", "a KL penalty is not implemented (the paper's runs use 0)")
         if self.entropy_coef < 0 or self.router_aux_loss_coef < 0:
             raise _err(prefix, "entropy_coef and router_aux_loss_coef must be >= 0")
 
@@ -335,7 +331,6 @@ class TrackingConfig:
     """MLflow experiment (one per preset)."""
     tracking_uri: str = ""
     """MLflow store; empty -> $MLFLOW_TRACKING_URI, else sqlite under the preset's results folder."""
-    log_every: int = 1
     router_diagnostics: bool = True
     """Log router/shift_* for every run (RS or not). False skips the router cache when nothing
     else needs it (used by `rspo bench` to measure a plain GMPO baseline)."""
@@ -347,8 +342,8 @@ class TrackingConfig:
     """... together with |ppo_kl| or grad_norm above this multiple of its running median."""
 
     def validate(self, prefix: str) -> None:
-        if self.log_every < 1 or self.collapse_window < 1:
-            raise _err(prefix, "log_every and collapse_window must be >= 1")
+        if self.collapse_window < 1:
+            raise _err(f"{prefix}.collapse_window", "must be >= 1")
         if not 0 < self.collapse_drop <= 1:
             raise _err(f"{prefix}.collapse_drop", f"must lie in (0, 1], got {self.collapse_drop}")
         if self.collapse_kl_spike <= 1:
@@ -375,6 +370,22 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.rollout_correction_low": 0.5,
     "algorithm.rollout_correction_high": 2.0,
 }
+
+# Settings removed after runs existed: the one value every such run had (put back into the fingerprint,
+# so those runs keep their identity) and why it went (told to a preset that still sets it).
+REMOVED: dict[str, tuple[Any, str]] = {
+    "algorithm.kl_coef": (0.0, "a KL penalty was never implemented (only 0 was accepted; the paper uses none)"),
+    "tracking.log_every": (1, "every step was always logged; the setting did nothing"),
+}
+
+
+def removed_reason(key_path: str) -> str | None:
+    """The message for a removed setting (``...<section>.<name>``, e.g. ``rl.algorithm.kl_coef``), or None."""
+    key = ".".join(key_path.split(".")[-2:])
+    if key not in REMOVED:
+        return None
+    return f"{key_path}: removed ({REMOVED[key][1]}); delete it from the preset"
+
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,
@@ -414,7 +425,8 @@ class TrainConfig:
         memory layout), not what it computes, so changing one (say, a longer timeout after a job
         timed out) resumes the run instead of refusing its folder, and Snakemake does not rerun it.
         Settings added after runs already existed (``ADDED_LATER``) count only where they differ
-        from their default, so a run configured before they existed keeps its identity."""
+        from their default, so a run configured before they existed keeps its identity; settings
+        removed since (``REMOVED``) are put back with the one value they ever had, for the same reason."""
         d = self.to_dict()
         for key in EXECUTION_ONLY:
             section, name = key.split(".")
@@ -423,6 +435,9 @@ class TrainConfig:
             section, name = key.split(".")
             if d[section].get(name) == default:
                 d[section].pop(name)
+        for key, (value, _) in REMOVED.items():
+            section, name = key.split(".")
+            d[section][name] = value
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def flat_params(self) -> dict[str, str]:
@@ -488,6 +503,9 @@ def build_section(cls: type, data: dict[str, Any] | None, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
+    for name in unknown:
+        if (why := removed_reason(f"{prefix}.{name}")) is not None:
+            raise ConfigError(why)
     if unknown:
         raise _err(f"{prefix}.{unknown[0]}", f"unknown key; valid keys are {sorted(names)}")
     kwargs = {k: _check_type(f"{prefix}.{k}", v, hints[k]) for k, v in data.items()}

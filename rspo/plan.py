@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import TASKS, TrainConfig
+from rspo.config import TASKS, TrainConfig, removed_reason
 from rspo.method import ALGOS, DEFAULT_GAMMA_MIN, ROUTING_MODES, ConfigError, check_gamma_min
 
 
@@ -671,5 +671,7 @@ def validate_preset(preset: dict[str, Any], schema_path: str | Path, where: str 
         allowed = sorted(err.schema.get("properties") or {})
         unknown = sorted(set(err.instance) - set(allowed))
         key = _key_path(path + unknown[:1])
+        if (why := removed_reason(key)) is not None:
+            raise ConfigError(f"{where}: {why}")
         raise ConfigError(f"{where}: {key}: unknown key; valid keys are {allowed}")
     raise ConfigError(f"{where}: {_key_path(path) or '(top level)'}: {err.message}")

@@ -170,16 +170,20 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
     import hashlib
     import json
 
-    from rspo.config import ADDED_LATER, EXECUTION_ONLY
+    from rspo.config import ADDED_LATER, EXECUTION_ONLY, REMOVED
 
     cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0")
     assert (cfg.data.template, cfg.data.enable_thinking) == ("auto", None)
     assert {"data.template", "data.enable_thinking"} <= set(ADDED_LATER)
-    # a run configured before these settings existed has the same fingerprint as before
+    # a run configured before these settings existed (and while the removed ones did) has the same
+    # fingerprint as before
     d = cfg.to_dict()
     for key in EXECUTION_ONLY + tuple(ADDED_LATER):
         section, name = key.split(".")
         d[section].pop(name, None)
+    for key, (value, _) in REMOVED.items():
+        section, name = key.split(".")
+        d[section][name] = value
     assert cfg.fingerprint() == hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
     chat = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.enable_thinking=true"])
     assert chat.fingerprint() != cfg.fingerprint()
@@ -189,3 +193,43 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
         load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.task=math", "data.template=chatml"])
     with pytest.raises(ConfigError, match="rl.data.enable_thinking"):
         load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.enable_thinking=maybe"])
+
+
+def test_every_committed_run_keeps_its_fingerprint():
+    """The shipped study's runs (docs/results/small/runs.tar.xz: each run.json with the fingerprint
+    its job recorded, beside its config.json) get the same fingerprint from today's TrainConfig, with
+    the settings added since at their defaults and the removed ones gone: a rerun of `make main`
+    resumes them instead of refusing their folders."""
+    import json
+    import tarfile
+
+    from rspo.config import REMOVED, train_config_from_dict
+
+    checked = 0
+    with tarfile.open(ROOT / "docs" / "results" / "small" / "runs.tar.xz") as tf:
+        files = {m.name: m for m in tf.getmembers() if m.isfile()}
+        for name in sorted(n for n in files if n.endswith("/run.json")):
+            info = json.load(tf.extractfile(files[name]))
+            config = json.load(tf.extractfile(files[name.replace("/run.json", "/config.json")]))
+            seed, preset, run = config.pop("seed"), config.pop("preset"), config.pop("run_name")
+            for key in REMOVED:
+                section, field_name = key.split(".")
+                assert field_name in config[section]  # these runs were configured while it existed
+                config[section].pop(field_name)
+            cfg = train_config_from_dict(config, seed=seed, preset=preset, run_name=run)
+            assert cfg.fingerprint() == info["fingerprint"], name
+            checked += 1
+    assert checked == 36
+
+
+@pytest.mark.parametrize("key", ["algorithm.kl_coef", "tracking.log_every"])
+def test_a_preset_that_sets_a_removed_setting_is_told_it_was_removed(key, tmp_path):
+    from rspo.plan import validate_preset
+
+    section, name = key.split(".")
+    with pytest.raises(ConfigError, match=rf"rl.{key}: removed \(.*\); delete it from the preset"):
+        load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", [f"{key}=1"])
+    preset = yaml.safe_load((ROOT / "configs" / "small.yaml").read_text())
+    preset["rl"].setdefault(section, {})[name] = 0
+    with pytest.raises(ConfigError, match=rf"^small.yaml: rl.{key}: removed \("):
+        validate_preset(preset, ROOT / "workflow" / "schemas" / "preset.schema.yaml", where="small.yaml")
