@@ -172,15 +172,15 @@ def test_run_folder_of_another_config_is_refused(assets, tmp_path):
 
 
 def test_nonfinite_updates_are_skipped_then_the_run_stops(assets, tmp_path, monkeypatch):
-    import rspo.train.trainer as tr
+    import rspo.train.update as update
 
-    real = tr.compute_policy_loss
+    real = update.compute_policy_loss
 
     def nan_loss(*args, **kwargs):
         loss, m = real(*args, **kwargs)
         return loss * float("nan"), m
 
-    monkeypatch.setattr(tr, "compute_policy_loss", nan_loss)
+    monkeypatch.setattr(update, "compute_policy_loss", nan_loss)
     cfg = make_cfg(assets, algo="gmpo")
     cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, max_nonfinite_in_row=3))
     with pytest.raises(TooManyNonFinite, match="3 updates in a row"):

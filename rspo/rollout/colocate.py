@@ -71,8 +71,8 @@ def generate_share(backend, prompts: list[str], n: int, dist: Dist, tp: int, *, 
     """This rank's contiguous share (len(prompts) / world) of ``n`` responses per prompt. With
     ``tp`` > 1 the ranks of a tensor-parallel group submit the group's prompts together and each
     keeps its own rows (see the module docstring). Row seeds are the global rows'."""
-    per = len(prompts) // dist.world_size
-    lo = dist.rank * per
+    lo, hi = dist.shard_bounds(len(prompts))
+    per = hi - lo
     if tp == 1:
         return backend.generate(prompts[lo : lo + per], n, row_offset=row_offset + lo * n, **sampling)
     g0 = (dist.rank // tp) * tp * per

@@ -117,13 +117,9 @@ class Rollouts:
             seed=derive_seed(cfg.seed, step, 1),
             record_routing=self.record_routing,
         )
-        with self._precision():
-            if self.tp > 1:  # the group's prompts together, each rank keeps its rows (rspo.rollout.colocate)
-                prompts = [self.task.prompt(r) for r in records]
-                local = generate_share(self.backend, prompts, G, self.dist, self.tp, **sampling)
-            else:
-                prompts = [self.task.prompt(r) for r in records[lo:hi]]
-                local = self.backend.generate(prompts, G, row_offset=lo * G, **sampling)
+        prompts = [self.task.prompt(r) for r in records]
+        with self._precision():  # this rank's rows; a tensor-parallel group's prompts go to its engine together
+            local = generate_share(self.backend, prompts, G, self.dist, self.tp, **sampling)
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
