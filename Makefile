@@ -58,7 +58,7 @@ sandbox:
 # transformers 5.19) in the vLLM venv; both runs count. Two pytest-xdist workers, one per core,
 # each taking whole files (--dist loadfile: a module's fixtures are built once); the slowest tests
 # are listed at the end.
-XDIST := -n 2 --dist loadfile --durations=25
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 test: venv venv-vllm sandbox
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST) -m "not vllm" tests; main=$$?; \
 	$(MAKE) --no-print-directory test-vllm; vllm=$$?; \
@@ -66,7 +66,7 @@ test: venv venv-vllm sandbox
 	test $$main -eq 0 && test $$vllm -eq 0
 
 test-vllm: venv-vllm
-	OMP_NUM_THREADS=1 $(VBIN)/python -m pytest -q -n 2 --dist loadfile --durations=10 -m "vllm or not slow" \
+	OMP_NUM_THREADS=1 $(VBIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=10 -m "vllm or not slow" \
 		tests/test_*vllm*.py $(TRANSFORMERS_TESTS)
 
 # the tracking race check at length: the whole smoke DAG with maximal parallel starts, RACE_REPEATS
@@ -77,7 +77,7 @@ test-race: venv sandbox
 
 # everything but the end-to-end (`slow`), SLURM (`slurm`) and vLLM (`vllm`) tests; meant to stay under 5 minutes
 test-fast: venv sandbox
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow and not slurm and not vllm" tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not slurm and not vllm" tests
 
 main: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET)
