@@ -27,6 +27,28 @@ def test_the_engine_holds_its_share_awake_nothing_asleep_and_wakes_in_two_stages
         engine.sleep(level=1)
 
 
+def test_the_engine_and_the_trainer_give_torchs_cached_blocks_back_on_a_gpu_only(monkeypatch):
+    """As vLLM's sleep-mode pool does at sleep and at wake (its own memory, not torch's cache), and the
+    trainer once its gradients are gone; on the CPU nothing is called."""
+    from rspo.train.memory import return_cached_blocks
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
+    return_cached_blocks(torch.device("cpu"))
+    engine = StandInEngine(0, 0, torch.device("cpu"))
+    engine.sleep(level=2)
+    engine.wake_up(tags=["weights"])
+    assert calls == []
+    return_cached_blocks(torch.device("cuda", 0))
+    assert calls == [1]
+    engine.device = torch.device("cuda", 0)
+    engine.sizes = {"weights": 0, "kv_cache": 0}
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: None)  # no GPU here: the buffers are not made
+    engine.sleep(level=2)
+    engine.wake_up(tags=["weights"])
+    assert calls == [1, 1, 1]
+
+
 def test_rollouts_are_as_long_as_a_step_can_be_and_end_on_no_stop_token():
     tok = build_tokenizer()
     backend = StandInBackend(
@@ -41,6 +63,21 @@ def test_rollouts_are_as_long_as_a_step_can_be_and_end_on_no_stop_token():
     assert batch.input_ids.shape == (6, 7 + 5) and batch.prompt_width == 7
     assert bool(batch.response_mask.bool().all()) and bool(batch.attention_mask.bool().all())
     assert backend.generate(["a"], 2, temperature=1.0, max_new_tokens=3).response_mask.shape == (2, 3)
+
+
+def test_the_batch_is_on_the_engines_device_as_vllms_is_on_the_trainers():
+    """On an H100 the stand-in's batch was on the CPU beside a model on cuda:0 (the old pass failed in
+    the embedding); the meta device stands for a device that is not the CPU."""
+    backend = StandInBackend(
+        build_tokenizer(),
+        StandInEngine(0, 0, torch.device("meta")),
+        prompt_tokens=7,
+        response_tokens=5,
+        dtype=torch.float32,
+        sleep=True,
+    )
+    batch = backend.generate(["a"], 2, temperature=1.0, max_new_tokens=9)
+    assert {batch.input_ids.device.type, batch.attention_mask.device.type, batch.response_mask.device.type} == {"meta"}
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +120,15 @@ def test_a_step_releases_the_gradients_before_the_engine_wakes_and_a_resume_read
     assets, tmp_path, monkeypatch
 ):
     import rspo.train.checkpoint as checkpoint
+    import rspo.train.trainer as trainer_module
 
     events: list = []
     real_load = checkpoint.load
+    monkeypatch.setattr(
+        trainer_module,
+        "return_cached_blocks",
+        lambda device: events.append(("cache returned", sum(p.grad is not None for p in tr.model.parameters()))),
+    )
 
     def load(*args, **kwargs):
         events.append(("checkpoint read", None))
@@ -101,7 +144,8 @@ def test_a_step_releases_the_gradients_before_the_engine_wakes_and_a_resume_read
     # gradient anywhere; the KV cache woken after
     assert events[0] == ("engine built", 0)
     assert events[1] == ("release", 0)
-    assert events[2] == ("sync", 0, 0) and events[3] == ("kv wake", 0, 2**20)
+    assert events[2] == ("cache returned", 0)  # the activations' cached blocks, after the gradients
+    assert events[3] == ("sync", 0, 0) and events[4] == ("kv wake", 0, 2**20)
     assert tr.backend.engine.events == ["wake:weights,kv_cache", "sleep", "wake:weights", "wake:kv_cache"]
     metrics = tr.memory.first
     assert {"engine_start", "rollout", "old_pass", "update", "optimizer_step", "sync", "kv_wake"} <= set(metrics)

@@ -380,6 +380,7 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
                 response_tokens=cfg.rollout.max_new_tokens,
                 dtype=getattr(torch, cfg.model.dtype),
                 sleep=cfg.rollout.vllm_sleep,
+                batch_device=torch.device("cpu"),  # fake device tensors have no values to read
             )
 
         peaks: dict[str, float] = {}

@@ -30,6 +30,14 @@ from rspo.rollout.colocate import EngineSleep
 ELEMENT = torch.bfloat16  # the engine's buffers are allocated as bf16 elements (2 bytes each)
 
 
+def _empty_cache(device: torch.device) -> None:
+    """The stand-in allocates through torch's caching allocator, vLLM through a pool of its own: emptying
+    torch's cache where vLLM's allocator does (vLLM 0.32, device_allocator/cumem.py) gives the driver the
+    same memory at each call."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class StandInEngine:
     """Weights and KV cache of an engine as two device buffers, freed and re-allocated by the
     sleep-mode calls of ``vllm.LLM``."""
@@ -45,9 +53,11 @@ class StandInEngine:
         if level != 2:
             raise ValueError(f"the stand-in engine sleeps at level 2 only (weights and KV cache freed), got {level}")
         self.buffers = {tag: None for tag in self.sizes}
+        _empty_cache(self.device)  # vLLM's CuMemAllocator.sleep: the pool's memory goes back to the driver
         self.events.append("sleep")
 
     def wake_up(self, tags: list[str] | None = None) -> None:
+        _empty_cache(self.device)  # vLLM's CuMemAllocator.wake_up empties torch's cache before it maps
         for tag in tags or list(self.sizes):
             if self.buffers[tag] is None:
                 self.buffers[tag] = torch.empty(max(1, self.sizes[tag] // 2), dtype=ELEMENT, device=self.device)
@@ -71,9 +81,11 @@ class StandInBackend:
         dtype: torch.dtype,
         sleep: bool,
         seed: int = 0,
+        batch_device: torch.device | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.engine = engine
+        self.batch_device = engine.device if batch_device is None else batch_device
         self.prompt_tokens, self.response_tokens = prompt_tokens, response_tokens
         self.dtype = dtype
         self.sleeper = EngineSleep(engine, sleep, on_cpu=False)
@@ -95,8 +107,10 @@ class StandInBackend:
         top_k: int = 0,
         record_routing: bool = False,
     ) -> RolloutBatch:
-        """n rows per prompt of prompt_tokens + min(max_new_tokens, response_tokens) random tokens (no
-        log-probs and no routing are reported: the stand-in samples nothing)."""
+        """n rows per prompt of prompt_tokens + min(max_new_tokens, response_tokens) random tokens, on
+        ``batch_device`` (default: the engine's, as vLLM's batch is on the trainer's device; the
+        simulation keeps it on the host, where the trainer can read its values) (no log-probs and no
+        routing are reported: the stand-in samples nothing)."""
         if not prompts:
             raise ValueError("prompts: empty")
         self.sleeper.wake()
@@ -105,7 +119,7 @@ class StandInBackend:
         pick = self.rng.choices
         prompt_rows = [pick(self.ordinary, k=self.prompt_tokens) for _ in range(B)]
         response_rows = [pick(self.ordinary, k=R) for _ in range(B)]
-        return pack_rows(prompt_rows, response_rows, self.tokenizer, texts=[""] * B)
+        return pack_rows(prompt_rows, response_rows, self.tokenizer, texts=[""] * B, device=self.batch_device)
 
     def release(self) -> None:
         self.sleeper.release()

@@ -93,6 +93,7 @@ from rspo.train.memory import (
     enable_activation_checkpointing,
     merge_micro_metrics,
     pack_micro_batches,
+    return_cached_blocks,
     row_tokens,
 )
 from rspo.train.optim import build_optimizer
@@ -564,6 +565,7 @@ class Trainer:
         # the gradients go before anything of the engine wakes (rspo.rollout.colocate): at the paper's
         # sizes they are 4 bytes per parameter / ranks, as much as the fp32 weights themselves
         self.optimizer.zero_grad(set_to_none=True)
+        return_cached_blocks(self.device)  # and the activations' cached blocks with them (rspo.train.memory)
         self.model.eval()
         return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
 
