@@ -163,8 +163,10 @@ class RolloutConfig:
     always run eagerly."""
     dtype: str = ""
     """The rollout engine's precision: "" (model.dtype: the trainer's compute dtype), float32,
-    bfloat16 or float16. The vLLM engine runs in it; the hf backend decodes under autocast to it.
-    Another precision than the trainer's makes the train-inference mismatch (docs/mismatch.md)."""
+    bfloat16, float16 or fp8. The vLLM engine runs in it; the hf backend decodes under autocast to it.
+    fp8 (hf backend, one process): the decoder's weights rounded to FP8 E4M3 while it decodes, bf16
+    arithmetic (rspo.rollout.fp8). Another precision than the trainer's makes the train-inference
+    mismatch (docs/mismatch.md)."""
 
     def validate(self, prefix: str) -> None:
         if self.backend not in BACKENDS:
@@ -190,9 +192,16 @@ class RolloutConfig:
             raise _err(f"{prefix}.vllm_enforce_eager", "needs backend: vllm")
         if self.val_temperature < 0:
             raise _err(f"{prefix}.val_temperature", "must be >= 0")
-        if self.dtype not in ("", "float32", "bfloat16", "float16"):
+        if self.dtype not in ("", "float32", "bfloat16", "float16", "fp8"):
             raise _err(
-                f"{prefix}.dtype", f"must be empty (model.dtype), float32, bfloat16 or float16, got {self.dtype!r}"
+                f"{prefix}.dtype",
+                f"must be empty (model.dtype), float32, bfloat16, float16 or fp8, got {self.dtype!r}",
+            )
+        if self.dtype == "fp8" and self.backend != "hf":
+            raise _err(
+                f"{prefix}.dtype",
+                "fp8 rounds the hf backend's decoding weights (rspo.rollout.fp8); a vLLM engine in FP8 is "
+                "vLLM's own quantization, not wired here",
             )
 
 

@@ -29,6 +29,7 @@ from rspo.distributed import Dist
 from rspo.rollout import RolloutBatch
 from rspo.rollout.base import pack_rows, stop_token_ids
 from rspo.rollout.colocate import generate_share
+from rspo.rollout.fp8 import fp8_weights
 from rspo.seeding import derive_seed
 from rspo.tasks import Task, generate_and_score, load_records
 
@@ -71,7 +72,8 @@ class Rollouts:
 
     def _precision(self):
         """The hf backend decodes with the training model: in the compute dtype, or in rollout.dtype
-        when one is set (autocast to it: the engine's precision, unlike the trainer's)."""
+        when one is set (autocast to it: the engine's precision, unlike the trainer's; fp8: the
+        weights rounded while it decodes, rspo.rollout.fp8)."""
         if self.cfg.rollout.backend != "hf" or self.precision is None:
             return contextlib.nullcontext()
         dtype = self.cfg.rollout.dtype
@@ -79,6 +81,13 @@ class Rollouts:
             return self.precision.autocast()
         if dtype == "float32":
             return contextlib.nullcontext()
+        if dtype == "fp8":  # FP8 weights, bf16 arithmetic (rspo.rollout.fp8)
+            if self.dist.enabled:
+                raise ValueError("rollout.dtype=fp8 rounds one process's weights; under torchrun they are FSDP shards")
+            stack = contextlib.ExitStack()
+            stack.enter_context(fp8_weights(self.backend.model))
+            stack.enter_context(torch.autocast(self.precision.device_type, dtype=torch.bfloat16))
+            return stack
         return torch.autocast(self.precision.device_type, dtype=getattr(torch, dtype))
 
     # ------------------------------------------------------------------ the step's prompts

@@ -1,0 +1,73 @@
+"""rspo.rollout.fp8: the hf backend's FP8 engine (rollout.dtype: fp8). Each weight matrix of the
+decoder rounded to E4M3 with its own scale (per expert for expert stacks), routers, the shared
+expert's gate, embeddings, norms and LM head untouched, the trainer's weights back bit for bit; a
+training step with it reports a mismatch and leaves the weights the optimizer made."""
+
+import dataclasses
+
+import pytest
+import torch
+from test_rollout_replay import agreement
+from test_train import digit_task, make_cfg
+from tiny_moe import ARCHS, make_tiny_moe, make_train_assets
+
+from rspo.config import ConfigError, RolloutConfig
+from rspo.rollout.fp8 import E4M3_MAX, fp8_weights, quantized_names, round_to_fp8
+from rspo.router import moe_gates
+from rspo.tokenizer import build_tokenizer
+from rspo.train.trainer import Trainer
+
+
+def test_rounding_is_e4m3_with_amax_over_448_per_tensor_and_per_expert():
+    torch.manual_seed(0)
+    w = torch.randn(5, 7) * 0.03
+    s = w.abs().max() / E4M3_MAX
+    assert torch.equal(round_to_fp8(w), (w / s).to(torch.float8_e4m3fn).float() * s)
+    assert torch.equal(round_to_fp8(round_to_fp8(w)), round_to_fp8(w))  # already on the grid
+    stack = torch.stack([w, 100 * w])  # two experts, scales 100x apart: each keeps its own
+    assert torch.allclose(round_to_fp8(stack)[1], 100 * round_to_fp8(w), rtol=1e-6)
+    rel = ((round_to_fp8(w) - w).norm() / w.norm()).item()
+    assert 1e-3 < rel < 0.07  # 3 mantissa bits: a few percent, not bf16's 0.4%
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_only_the_decoder_matrices_change_and_all_come_back_bit_for_bit(arch):
+    model = make_tiny_moe(arch, num_experts=4, top_k=2, num_layers=2, hidden=32, vocab=40)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    names = set(quantized_names(model))
+    gates = {id(p) for g in moe_gates(model) for p in g.parameters()}
+    assert names and not any(id(p) in gates for n, p in model.named_parameters() if n in names)
+    assert any(p.dim() == 3 for n, p in model.named_parameters() if n in names)  # the fused expert stacks
+    with pytest.raises(RuntimeError, match="inside"), fp8_weights(model):
+        for n, p in model.named_parameters():
+            if n in names:
+                assert torch.equal(p, round_to_fp8(before[n])) and not torch.equal(p, before[n]), n
+            else:  # routers, embeddings, norms, LM head, biases
+                assert torch.equal(p, before[n]), n
+        raise RuntimeError("inside")  # an error while decoding still puts the weights back
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_fp8_is_refused_beside_vllm_and_named_among_the_choices():
+    with pytest.raises(ConfigError, match="vLLM's own quantization"):
+        RolloutConfig(backend="vllm", dtype="fp8").validate("rl.rollout")
+    with pytest.raises(ConfigError, match="float16 or fp8, got 'fp4'"):
+        RolloutConfig(dtype="fp4").validate("rl.rollout")
+    RolloutConfig(dtype="fp8").validate("rl.rollout")
+
+
+def test_a_step_with_an_fp8_engine_measures_a_mismatch_and_trains_the_fp32_weights(tmp_path):
+    tok = build_tokenizer()
+    model = make_tiny_moe("qwen2_moe", num_experts=8, top_k=2, num_layers=2, hidden=64, vocab=len(tok))
+    assets = make_train_assets(tmp_path / "assets", model=model)
+    same = agreement(assets, tmp_path / "fp32", "none", "")
+    cfg = make_cfg(assets, algo="gmpo")
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, dtype="fp8"))
+    tr = Trainer(cfg, tmp_path / "fp8", task=digit_task(), quiet=True)
+    fp8 = tr.train_step()
+    assert same["rollout_corr/max_abs_logp_diff"] < 1e-5
+    assert fp8["rollout_corr/k3_kl"] > 100 * max(same["rollout_corr/k3_kl"], 1e-12)
+    assert fp8["rollout_corr/max_abs_logp_diff"] > 1e-3
+    # the optimizer stepped the trainer's own weights, not their FP8 copies
+    params = dict(tr.model.named_parameters())
+    assert all(not torch.equal(params[n], round_to_fp8(params[n])) for n in quantized_names(tr.model))
