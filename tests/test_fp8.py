@@ -1,18 +1,20 @@
-"""rspo.rollout.fp8: the hf backend's FP8 engine (rollout.dtype: fp8). Each weight matrix of the
-decoder rounded to E4M3 with its own scale (per expert for expert stacks), routers, the shared
-expert's gate, embeddings, norms and LM head untouched, the trainer's weights back bit for bit; a
-training step with it reports a mismatch and leaves the weights the optimizer made."""
+"""rspo.rollout.fp8: the hf backend's FP8 (W8A8) engine (rollout.dtype: fp8). Each weight matrix of
+the decoder rounded to E4M3 with its own scale (per expert for expert stacks) and the inputs of its
+products per row; routers, the shared expert's gate, embeddings, norms and LM head untouched, their
+inputs too; the trainer's weights and experts implementation back bit for bit; a training step with
+it reports a mismatch and leaves the weights the optimizer made."""
 
 import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 from test_rollout_replay import agreement
 from test_train import digit_task, make_cfg
 from tiny_moe import ARCHS, make_tiny_moe, make_train_assets
 
 from rspo.config import ConfigError, RolloutConfig
-from rspo.rollout.fp8 import E4M3_MAX, fp8_weights, quantized_names, round_to_fp8
+from rspo.rollout.fp8 import E4M3_MAX, fp8_weights, quantized_names, round_rows_to_fp8, round_to_fp8
 from rspo.router import moe_gates
 from rspo.tokenizer import build_tokenizer
 from rspo.train.trainer import Trainer
@@ -46,6 +48,32 @@ def test_only_the_decoder_matrices_change_and_all_come_back_bit_for_bit(arch):
                 assert torch.equal(p, before[n]), n
         raise RuntimeError("inside")  # an error while decoding still puts the weights back
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_inputs_of_the_fp8_matrices_are_rounded_per_row_and_no_others(arch):
+    torch.manual_seed(0)
+    model = make_tiny_moe(arch, num_experts=4, top_k=2, num_layers=2, hidden=32, vocab=40)
+    model.set_experts_implementation("grouped_mm")
+    names = quantized_names(model)
+    params = dict(model.named_parameters())
+    x = torch.randn(3, 32)
+    rows = round_rows_to_fp8(x)
+    assert torch.equal(rows[1], round_rows_to_fp8(x[1:2])[0])  # one scale per row
+    head = model.get_output_embeddings().weight
+    gate = next(iter(moe_gates(model)[0].parameters()))
+    with fp8_weights(model):
+        assert model.config._experts_implementation == "eager"  # its loop goes through F.linear
+        w = params[next(n for n in names if n.endswith("q_proj.weight"))]
+        assert torch.equal(F.linear(x, w), F.linear(rows, w))
+        stack = params[next(n for n in names if params[n].dim() == 3)]
+        piece = stack[1]  # an expert's slice of the stack, as transformers' eager loop takes it
+        y = torch.randn(3, piece.shape[1])
+        assert torch.equal(F.linear(y, piece), F.linear(round_rows_to_fp8(y), piece))
+        assert not torch.equal(F.linear(x, head), F.linear(rows, head))  # LM head: input as it is
+        z = torch.randn(3, gate.shape[1])
+        assert not torch.equal(F.linear(z, gate), F.linear(round_rows_to_fp8(z), gate))  # router: as it is
+    assert model.config._experts_implementation == "grouped_mm"
 
 
 def test_fp8_is_refused_beside_vllm_and_named_among_the_choices():

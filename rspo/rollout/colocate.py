@@ -74,7 +74,7 @@ def generate_share(backend, prompts: list[str], n: int, dist: Dist, tp: int, *, 
     lo, hi = dist.shard_bounds(len(prompts))
     per = hi - lo
     if tp == 1:
-        return backend.generate(prompts[lo : lo + per], n, row_offset=row_offset + lo * n, **sampling)
+        return backend.generate(prompts[lo:hi], n, row_offset=row_offset + lo * n, **sampling)
     g0 = (dist.rank // tp) * tp * per
     batch: RolloutBatch = backend.generate(prompts[g0 : g0 + tp * per], n, row_offset=row_offset + g0 * n, **sampling)
     k = dist.rank % tp
