@@ -40,13 +40,21 @@ from rspo.router import moe_gates
 E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 
 
-def round_to_fp8(w: torch.Tensor) -> torch.Tensor:
-    """``w`` rounded to FP8 E4M3 with a per-tensor scale (per leading index for a 3-D expert stack),
-    returned in ``w``'s dtype."""
-    dims = tuple(range(1, w.dim())) if w.dim() == 3 else tuple(range(w.dim()))
-    amax = w.detach().abs().amax(dim=dims, keepdim=True).float().clamp(min=1e-12)
+def _round(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """``x`` rounded to FP8 E4M3 with one scale (amax over ``dims`` / 448) per slice, in its dtype."""
+    amax = x.detach().abs().amax(dim=dims, keepdim=True).float().clamp(min=1e-12)
     scale = amax / E4M3_MAX
-    return ((w.float() / scale).to(torch.float8_e4m3fn).float() * scale).to(w.dtype)
+    return ((x.float() / scale).to(torch.float8_e4m3fn).float() * scale).to(x.dtype)
+
+
+def round_to_fp8(w: torch.Tensor) -> torch.Tensor:
+    """A weight rounded with a per-tensor scale (per leading index for a 3-D expert stack)."""
+    return _round(w, tuple(range(1, w.dim())) if w.dim() == 3 else tuple(range(w.dim())))
+
+
+def round_rows_to_fp8(x: torch.Tensor) -> torch.Tensor:
+    """An input rounded with one scale per row (the last dimension's amax / 448)."""
+    return _round(x, (-1,))
 
 
 def quantized_names(model: torch.nn.Module) -> list[str]:
@@ -61,13 +69,6 @@ def quantized_names(model: torch.nn.Module) -> list[str]:
             continue
         out.append(name)
     return out
-
-
-def round_rows_to_fp8(x: torch.Tensor) -> torch.Tensor:
-    """``x`` rounded to FP8 E4M3 with one scale per row (the last dimension's amax / 448), in its dtype."""
-    amax = x.detach().abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
-    scale = amax / E4M3_MAX
-    return ((x.float() / scale).to(torch.float8_e4m3fn).float() * scale).to(x.dtype)
 
 
 class _RoundInputs(TorchFunctionMode):

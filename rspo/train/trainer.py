@@ -6,8 +6,9 @@ One run = one resolved ``TrainConfig`` = one run folder = one MLflow run. Per ro
 2. Score them with the task's verifier; group-normalised advantages (rspo.losses.group_advantages).
 3. Old pass: a no-grad forward of the TRAINING model over prompt+response that yields the old
    log-probs, the compact old-router cache (top-K indices + fp16 old router log-probs; plus the
-   full fp32 logits only under logit replay) and the entropy, in one pass. The rollout engine's
-   log-probs are not used (paper Sec. 3.2; docs/design.md).
+   full fp32 logits only under logit replay) and the entropy, in one pass. The ratio's old policy is
+   the trainer's (paper Sec. 3.2); the engine's log-probs serve the mismatch metrics and the optional
+   rollout correction (docs/mismatch.md).
 4. Split the step's prompts into mini-batches of ``mini_batch_prompts`` (groups stay together;
    order seeded by (seed, step, epoch)); for each: forward under the routing mode with router
    capture, gamma from the cache, ``compute_policy_loss``, backward (micro-batches accumulate),
@@ -21,20 +22,16 @@ updates, so on the on-policy mini-batch the update forward reproduces the old fo
 Router diagnostics (``router/shift_ratio_mean``, ``router/shift_clipfrac``) are computed for EVERY
 run from the current router's own logits, whether RS is on or not and under every routing mode.
 
-Data parallel (torchrun, ``rspo.distributed``): every rank holds an FSDP2-sharded copy of the
-model and the full step batch. Rank r generates and scores its contiguous share of the step's
-prompts (rows are seeded per global row, so the rollout equals the single-process one), the
-token rows and scores are all-gathered into the same padded batch a single process would build,
-each mini-batch is split into equal contiguous row shares, every rank runs the old pass and the
-updates on its share with the same micro-batch size, and FSDP2 averages the gradients (each
-micro-batch loss is scaled by its share of the global mini-batch times the world size, so the
-average is the single-process gradient). Old log-probs, the router cache and the
-per-micro-batch metrics are gathered, so every rank logs the same numbers and rank 0 writes
-them. Checkpoints are sharded (every rank writes and reads its own shards, rspo.train.checkpoint)
-and resharded on reading, so a run resumes with any number of processes. prompts_per_step and
-the rows of a mini-batch (mini_batch_prompts x group_size) must divide by the world size; for
-equality with a single process, the micro-batch size should divide the per-rank rows of a
-mini-batch, so both runs see the same micro-batches.
+Data parallel (torchrun, ``rspo.distributed``): every rank holds an FSDP2-sharded copy of the model
+and the full step batch. Rank r generates and scores its contiguous share of the step's prompts
+(rows are seeded per global row, so the rollout equals the single-process one), the token rows and
+scores are all-gathered into the same padded batch a single process would build, each mini-batch is
+split into equal contiguous row shares, every rank runs the old pass and the updates on its share,
+and FSDP2 averages the gradients (each micro-batch loss scaled by its share of the global mini-batch
+x world size: the single-process gradient). Old log-probs, the router cache and the per-micro-batch
+metrics are gathered: every rank logs the same numbers, rank 0 writes them. Checkpoints are sharded
+and resharded on reading (rspo.train.checkpoint). prompts_per_step and a mini-batch's rows must
+divide by the world size (equal to one process when the micro-batch size divides a rank's rows).
 
 Deviations / choices the paper leaves open:
 - Learning-rate schedule: linear warmup then constant (verl's default); the paper gives no lr.
