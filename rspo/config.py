@@ -164,9 +164,9 @@ class RolloutConfig:
     dtype: str = ""
     """The rollout engine's precision: "" (model.dtype: the trainer's compute dtype), float32,
     bfloat16, float16 or fp8. The vLLM engine runs in it; the hf backend decodes under autocast to it.
-    fp8 (hf backend, one process): the decoder's weights rounded to FP8 E4M3 while it decodes, bf16
-    arithmetic (rspo.rollout.fp8). Another precision than the trainer's makes the train-inference
-    mismatch (docs/mismatch.md)."""
+    fp8 (hf backend, one process): an FP8 W8A8 engine, the decoder's weights and the inputs of their
+    products rounded to E4M3 while it decodes, bf16 arithmetic (rspo.rollout.fp8). Another precision
+    than the trainer's makes the train-inference mismatch (docs/mismatch.md)."""
 
     def validate(self, prefix: str) -> None:
         if self.backend not in BACKENDS:

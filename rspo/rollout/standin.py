@@ -24,18 +24,11 @@ import random
 
 import torch
 
+from rspo.gpu_memory.phases import return_cached_blocks
 from rspo.rollout.base import RolloutBatch, pack_rows, stop_token_ids
 from rspo.rollout.colocate import EngineSleep
 
 ELEMENT = torch.bfloat16  # the engine's buffers are allocated as bf16 elements (2 bytes each)
-
-
-def _empty_cache(device: torch.device) -> None:
-    """The stand-in allocates through torch's caching allocator, vLLM through a pool of its own: emptying
-    torch's cache where vLLM's allocator does (vLLM 0.32, device_allocator/cumem.py) gives the driver the
-    same memory at each call."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 class StandInEngine:
@@ -53,11 +46,11 @@ class StandInEngine:
         if level != 2:
             raise ValueError(f"the stand-in engine sleeps at level 2 only (weights and KV cache freed), got {level}")
         self.buffers = {tag: None for tag in self.sizes}
-        _empty_cache(self.device)  # vLLM's CuMemAllocator.sleep: the pool's memory goes back to the driver
+        return_cached_blocks(self.device)  # as vLLM's CuMemAllocator.sleep: the memory goes back to the driver
         self.events.append("sleep")
 
     def wake_up(self, tags: list[str] | None = None) -> None:
-        _empty_cache(self.device)  # vLLM's CuMemAllocator.wake_up empties torch's cache before it maps
+        return_cached_blocks(self.device)  # vLLM's CuMemAllocator.wake_up empties torch's cache before it maps
         for tag in tags or list(self.sizes):
             if self.buffers[tag] is None:
                 self.buffers[tag] = torch.empty(max(1, self.sizes[tag] // 2), dtype=ELEMENT, device=self.device)

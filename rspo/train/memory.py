@@ -71,17 +71,6 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
 # ------------------------------------------------------------------------------ micro-batches
 
 
-def return_cached_blocks(device: torch.device) -> None:
-    """Give torch's cached, unused GPU blocks (the update's activations) back to the driver before the
-    engine wakes. vLLM's sleep-mode pool maps memory of its own (cuMemCreate through its CuMemAllocator)
-    and cannot use blocks torch keeps cached; vLLM 0.32's ``CuMemAllocator.wake_up`` empties torch's
-    cache itself; doing it here keeps the order the trainer's, whatever the engine (on an H100,
-    paper_small cut to 2 layers, the driver still saw the update's 48.5 GiB in the sync and the KV wake
-    without it, 5 GiB over their plan)."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def row_tokens(attention_mask: torch.Tensor, response_mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
     """Tokens of each row as a forward sees them: from its first prompt token to its last
     response token.  (B, P + R), (B, R) -> (B,)"""

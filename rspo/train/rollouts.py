@@ -72,8 +72,8 @@ class Rollouts:
 
     def _precision(self):
         """The hf backend decodes with the training model: in the compute dtype, or in rollout.dtype
-        when one is set (autocast to it: the engine's precision, unlike the trainer's; fp8: the
-        weights rounded while it decodes, rspo.rollout.fp8)."""
+        when one is set (autocast to it: the engine's precision, unlike the trainer's; fp8: an
+        FP8 W8A8 engine while it decodes, rspo.rollout.fp8)."""
         if self.cfg.rollout.backend != "hf" or self.precision is None:
             return contextlib.nullcontext()
         dtype = self.cfg.rollout.dtype
@@ -81,7 +81,7 @@ class Rollouts:
             return self.precision.autocast()
         if dtype == "float32":
             return contextlib.nullcontext()
-        if dtype == "fp8":  # FP8 weights, bf16 arithmetic (rspo.rollout.fp8)
+        if dtype == "fp8":  # FP8 weights and inputs, bf16 arithmetic (rspo.rollout.fp8)
             if self.dist.enabled:
                 raise ValueError("rollout.dtype=fp8 rounds one process's weights; under torchrun they are FSDP shards")
             stack = contextlib.ExitStack()

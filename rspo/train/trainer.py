@@ -72,7 +72,7 @@ from rspo.distributed import (
     init_distributed,
     rank_device,
 )
-from rspo.gpu_memory.phases import PhaseMemory, measure_for
+from rspo.gpu_memory.phases import PhaseMemory, measure_for, return_cached_blocks
 from rspo.losses import NonFiniteLogProbError, group_advantages, masked_mean, mismatch_metrics
 from rspo.models import load_tokenizer_checked, read_meta, resolve_device, set_threads
 from rspo.rollout import RolloutBatch, make_backend
@@ -90,7 +90,6 @@ from rspo.train.memory import (
     enable_activation_checkpointing,
     merge_micro_metrics,
     pack_micro_batches,
-    return_cached_blocks,
     row_tokens,
 )
 from rspo.train.optim import build_optimizer
@@ -562,7 +561,7 @@ class Trainer:
         # the gradients go before anything of the engine wakes (rspo.rollout.colocate): at the paper's
         # sizes they are 4 bytes per parameter / ranks, as much as the fp32 weights themselves
         self.optimizer.zero_grad(set_to_none=True)
-        return_cached_blocks(self.device)  # and the activations' cached blocks with them (rspo.train.memory)
+        return_cached_blocks(self.device)  # and the activations' cached blocks with them
         self.model.eval()
         return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
 
