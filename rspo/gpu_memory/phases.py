@@ -39,8 +39,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: the memory plan reads PHASES without it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,8 @@ def return_cached_blocks(device: torch.device) -> None:
     order the trainer's, whatever the engine (on an H100, paper_small cut to 2 layers, the driver
     still saw the update's 48.5 GiB in the sync and the KV wake without it, 5 GiB over their plan)."""
     if device.type == "cuda":
+        import torch
+
         torch.cuda.empty_cache()
 
 
@@ -173,10 +177,14 @@ class CudaMemory(PhaseMemory):
         self.device = device
 
     def _enter(self, name: str) -> None:
+        import torch
+
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
 
     def _exit(self, name: str) -> dict[str, float]:
+        import torch
+
         torch.cuda.synchronize(self.device)
         free, total = torch.cuda.mem_get_info(self.device)
         reserved_now = torch.cuda.memory_reserved(self.device)
