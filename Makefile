@@ -20,7 +20,7 @@ VSTAMP := $(VVENV)/.installed
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
 	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
-.PHONY: venv venv-vllm sandbox test test-fast test-vllm test-race main main-full figures smoke bench lint mlflow-ui readme-tables clean-venv
+.PHONY: venv venv-vllm sandbox test test-fast test-vllm test-race main main-full main-mismatch figures smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -85,6 +85,11 @@ main: venv sandbox
 # the whole grid of a preset that names default_families (reuses what `make main` trained)
 main-full: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) full=true
+
+# make main plus the small study's mismatch regime (an FP8 engine, 15 runs; reuses what make main
+# trained): the run selection docs/results/small ships
+main-mismatch: venv sandbox
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) families=plugin,mismatch_routing
 
 # Every table and figure of docs/results/$(PRESET) rebuilt from its shipped run archive
 # (docs/results/$(PRESET)/archive.json + runs.tar.xz) into results/$(PRESET)-archive/, beside (never

@@ -152,6 +152,7 @@ def pack(plan, results: str | Path, out: str | Path, trials: str | Path | None =
         "preset": plan.name,
         "preset_digest": preset_digest(plan.preset, "report"),
         "full": plan.full,
+        "families": plan.selection,
         "seeds": plan.seeds,
         "git_commit": git_commit(),
         "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -359,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="archive folder")
     p.add_argument("--results", default="", help="results folder (default: results/<preset>)")
     p.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
+    p.add_argument("--families", nargs="+", help="these grid families instead of the preset's default_families")
     p.add_argument("--trials", default="", help="also ship this trials.jsonl")
     u = sub.add_parser("unpack", help="check an archive and write its files into results/<preset>")
     u.add_argument("archive", help="archive folder (holding archive.json)")
@@ -374,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     from rspo.tracking import REPO_ROOT
 
     try:
-        plan = Plan.from_file(find_preset(args.preset), None, full=getattr(args, "full", False))
+        plan = Plan.from_file(
+            find_preset(args.preset), None, full=getattr(args, "full", False), families=getattr(args, "families", None)
+        )
         results = REPO_ROOT / "results" / plan.name
         if args.cmd == "pack":
             m = pack(plan, Path(args.results) if args.results else results, args.out, args.trials or None)

@@ -4,13 +4,15 @@ One answer for everyone who asks: Snakemake (``Snakefile``, ``workflow/rules/*.s
 CLI (``python -m rspo report``) and the train/bench commands (``load_train_config``), so the figure
 a rule plans is the figure the CLI draws and the run a job trains is the run the grid names.
 
-- The run grid: ``expand_grid`` turns the preset's ``grid:`` mapping (and ``stress:``) into named
-  runs (``run_name``: ``gmpo-rs0.8-s0``, ``grpo-s1``, ...); a run several figures need is one run,
-  trained once. ``load_train_config`` resolves one named run into a ``TrainConfig``
-  (rspo.config holds the dataclasses and their validation).
-- ``Plan``: the runs of one preset (its default families, or the whole grid with ``full``), the
-  runs each paper figure and table draws, base models, data sources, job resources, and the deep
-  validation of a preset before any job starts (``Plan.check``, ``validate_preset``).
+- The run grid: ``expand_grid`` turns the preset's ``grid:`` mapping (and each regime's section,
+  ``stress:`` and ``mismatch:``, see ``REGIMES``) into named runs (``run_name``: ``gmpo-rs0.8-s0``,
+  ``grpo-s1``, ...); a run several figures need is one run, trained once. ``load_train_config``
+  resolves one named run into a ``TrainConfig`` (rspo.config holds the dataclasses and their
+  validation).
+- ``Plan``: the runs of one preset (its default families, a named selection of families, or the
+  whole grid with ``full``), the runs each paper figure and table draws, base models, data sources,
+  job resources, and the deep validation of a preset before any job starts (``Plan.check``,
+  ``validate_preset``).
 
 It imports nothing heavy (no torch, no matplotlib): ``snakemake -n`` stays fast.
 
@@ -106,13 +108,25 @@ FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
     "table_main": ("main",),
     "table_countdown": ("plugin",),
 }
-FIGURE_FAMILIES.update(
-    {
-        f"{fig}_stress": tuple(f"stress_{f}" for f in fams)
-        for fig, fams in FIGURE_FAMILIES.items()
-        if not fig.startswith("table") and "main" not in fams
-    }
-)
+FIGURE_FAMILIES["fig9_mismatch"] = ("routing",)  # beyond the paper: drawn when the family has R3 / TIS rows
+
+# Regimes beyond the natural one (none is in the paper). Each is a preset section of one shape
+# (``regime_families``): the Countdown families it names, trained again with its `rl` overlay (and
+# its `grid` overlay of those families' settings); runs named ``<regime>-<run>``, families
+# ``<regime>_<family>``, figures ``<figure>_<regime>``, labels ending in `` [<regime>]``.
+REGIMES: dict[str, str] = {
+    "stress": "router drift as the controlled variable",
+    "mismatch": "train-inference mismatch as the controlled variable: the engine in another precision",
+}
+# regime figure -> (the figure it redraws, regime)
+REGIME_FIGURES: dict[str, tuple[str, str]] = {
+    f"{fig}_{regime}": (fig, regime)
+    for regime in REGIMES
+    for fig, fams in FIGURE_FAMILIES.items()
+    if not fig.startswith("table") and "main" not in fams
+}
+for _fig, (_base, _regime) in REGIME_FIGURES.items():
+    FIGURE_FAMILIES[_fig] = tuple(f"{_regime}_{f}" for f in FIGURE_FAMILIES[_base])
 
 GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
 
@@ -199,15 +213,18 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
             name, ov = spec(g.get("algo", "gmpo"), seed, rs=True)  # RSPO, the reference
             fam[name] = ov
             for mode in g.get("modes", ["freeze", "logit_replay", "index_replay"]):
-                if mode in BEYOND_PAPER_ROWS:  # R3, TIS, RS+TIS (beyond the paper)
+                if mode == "none":  # the algorithm alone (no RS, no routing control): the mismatch baseline
+                    name, ov = spec(g.get("algo", "gmpo"), seed)
+                elif mode in BEYOND_PAPER_ROWS:  # R3, TIS, RS+TIS (beyond the paper)
                     routing, rs, corr = BEYOND_PAPER_ROWS[mode]
                     name, ov = spec(g.get("algo", "gmpo"), seed, rs=rs, routing=routing, correction=corr)
                 else:
                     name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
                 fam[name] = ov
         families["routing"] = fam
-    if "stress" in preset:
-        families.update(stress_families(preset, families))
+    for regime in REGIMES:
+        if regime in preset:
+            families.update(regime_families(preset, families, regime, seeds))
     if "main" in grid:
         g = grid["main"] or {}
         tasks = preset.get("tasks") or {}
@@ -226,38 +243,47 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
     return families
 
 
-STRESS_PREFIX = "stress-"
-
-
-def stress_families(
-    preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]]
+def regime_families(
+    preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]], regime: str, seeds: list[int]
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """The stress regime: the Countdown families named in ``stress.families``, again, with the
-    ``stress.rl`` overlay (e.g. a router learning-rate multiplier) and run names prefixed
-    ``stress-``. Family ``stress_<name>``; the mechanism pair follows the plugin family."""
-    st = preset.get("stress")
+    """A regime (REGIMES): the Countdown families named in ``<regime>.families``, again, with the
+    ``<regime>.rl`` overlay (a router learning-rate multiplier, an engine precision) and run names
+    prefixed ``<regime>-``; an optional ``<regime>.grid`` overlays those families' grid settings
+    (e.g. other routing modes). Family ``<regime>_<name>``; the mechanism pair follows plugin."""
+    st = preset.get(regime)
     if not isinstance(st, dict):
-        raise _err("stress", "expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    unknown = sorted(set(st) - {"rl", "families", "note"})
+        raise _err(regime, "expected a mapping with `rl` (an overlay of the rl section) and `families`")
+    unknown = sorted(set(st) - {"rl", "families", "grid", "note"})
     if unknown:
-        raise _err(f"stress.{unknown[0]}", "unknown key; valid keys are ['families', 'note', 'rl']")
+        raise _err(f"{regime}.{unknown[0]}", "unknown key; valid keys are ['families', 'grid', 'note', 'rl']")
     if not isinstance(st.get("rl"), dict) or not st["rl"]:
-        raise _err("stress.rl", "expected a non-empty overlay of the rl section")
-    wanted = list(st.get("families") or [])
+        raise _err(f"{regime}.rl", "expected a non-empty overlay of the rl section")
+    source = families
+    if st.get("grid"):
+        grid = json.loads(json.dumps(preset.get("grid") or {}))
+        for fam, over in st["grid"].items():
+            if fam not in grid or fam == "main" or not isinstance(over, dict):
+                raise _err(f"{regime}.grid.{fam}", f"expected a mapping overlaying grid.{fam} of this preset")
+            grid[fam] = {**(grid[fam] or {}), **over}
+        plain = {k: v for k, v in preset.items() if k not in REGIMES}
+        source = expand_grid({**plain, "grid": grid}, seeds)
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for fam in wanted:
-        if fam not in families or fam == "main":
+    for fam in list(st.get("families") or []):
+        if fam not in source or fam in ("main", "mechanism"):
             raise _err(
-                "stress.families",
+                f"{regime}.families",
                 f"{fam!r} is not a Countdown grid family of this preset "
-                f"(have: {sorted(f for f in families if f != 'main')})",
+                f"(have: {sorted(f for f in source if f not in ('main', 'mechanism'))})",
             )
-        out[f"stress_{fam}"] = {STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families[fam].items()}
-        if fam == "plugin":
-            out["stress_mechanism"] = {
-                STRESS_PREFIX + name: {**ov, "regime": "stress"} for name, ov in families["mechanism"].items()
-            }
+        for name in [fam] + (["mechanism"] if fam == "plugin" else []):
+            out[f"{regime}_{name}"] = {f"{regime}-{run}": {**ov, "regime": regime} for run, ov in source[name].items()}
     return out
+
+
+def _unregimed(family: str) -> str:
+    """The grid family a regime's family repeats (stress_plugin -> plugin)."""
+    regime, _, rest = family.partition("_")
+    return rest if regime in REGIMES and rest else family
 
 
 def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
@@ -294,8 +320,8 @@ def load_train_config(
         ov = runs[run]
         if "task" in ov:
             _deep_update(rl, json.loads(json.dumps((preset.get("tasks") or {})[ov["task"]])))
-        if ov.get("regime") == "stress":
-            _deep_update(rl, json.loads(json.dumps(preset["stress"]["rl"])))
+        if ov.get("regime") in REGIMES:
+            _deep_update(rl, json.loads(json.dumps(preset[ov["regime"]]["rl"])))
         rl.setdefault("algorithm", {}).update(ov["algorithm"])
         run_seed = ov["seed"]
     for text in overrides or []:
@@ -327,11 +353,10 @@ PAPER_FIGURES: tuple[str, ...] = (
     "fig7_entropy",
     "fig8_routing",
 )
-# The same Countdown figures drawn from the stress regime's runs (presets with a `stress` section).
-STRESS_FIGURES: tuple[str, ...] = tuple(f"{f}_stress" for f in PAPER_FIGURES if f != "fig2_reward_large")
 # Beyond the paper: the train-inference mismatch of the routing family's runs (docs/mismatch.md).
 EXTRA_FIGURES: tuple[str, ...] = ("fig9_mismatch",)
-FIGURES: tuple[str, ...] = PAPER_FIGURES + STRESS_FIGURES + EXTRA_FIGURES
+# The same Countdown figures drawn from a regime's runs (presets with that regime's section).
+FIGURES: tuple[str, ...] = PAPER_FIGURES + EXTRA_FIGURES + tuple(REGIME_FIGURES)
 TABLES: tuple[str, ...] = ("table_main", "table_countdown", "table_efficiency", "table_claims")
 TARGETS: tuple[str, ...] = FIGURES + TABLES
 
@@ -351,12 +376,20 @@ NEEDS: dict[str, str] = {
     "table_efficiency": "a pretrained Countdown model (a `pretrain` section; `rspo bench` measures it)",
     "table_claims": "Countdown runs of the `plugin` family (and a pretrained model for the throughput claim)",
 }
-NEEDS.update({f: "a `stress` section whose families include the figure's family" for f in STRESS_FIGURES})
+NEEDS.update(
+    {f: f"a `{regime}` section whose families include the figure's family" for f, (_, regime) in REGIME_FIGURES.items()}
+)
 
 
 def paper_figure(figure: str) -> str:
-    """The paper figure a target draws (fig4_plugin_stress -> fig4_plugin)."""
-    return figure.removesuffix("_stress")
+    """The figure a target draws (fig4_plugin_stress -> fig4_plugin, fig9_mismatch_mismatch ->
+    fig9_mismatch)."""
+    return REGIME_FIGURES.get(figure, (figure, ""))[0]
+
+
+def figure_regime(figure: str) -> str:
+    """natural, or the regime whose runs a figure draws (fig4_plugin_stress -> stress)."""
+    return REGIME_FIGURES.get(figure, ("", "natural"))[1]
 
 
 # Job resources per rule kind; a preset's `resources.<kind>` mapping overrides any of these keys.
@@ -388,7 +421,7 @@ class Run:
     stop_gradient: bool
     routing: str
     regime: str = "natural"
-    """natural, or stress (the preset's `stress` overlay; names prefixed stress-)."""
+    """natural, or one of REGIMES (the preset's `<regime>` overlay; names prefixed `<regime>-`)."""
     rollout_correction: str = "none"
     """Train-inference mismatch correction (beyond the paper; rspo.losses.rollout_correction)."""
 
@@ -399,10 +432,10 @@ class Run:
 
 
 def method_label(run: Run, default_gamma: float = DEFAULT_GAMMA_MIN) -> str:
-    """Paper-style legend/table label: GRPO, GSPO+RS, RSPO (GMPO+RS), Router freeze, ...; stress
-    regime runs end in " [stress]"."""
+    """Paper-style legend/table label: GRPO, GSPO+RS, RSPO (GMPO+RS), Router freeze, ...; a
+    regime's runs end in " [<regime>]" (" [stress]")."""
     label = _method_label(run, default_gamma)
-    return label + " [stress]" if run.regime == "stress" else label
+    return label if run.regime == "natural" else f"{label} [{run.regime}]"
 
 
 def _method_label(run: Run, default_gamma: float) -> str:
@@ -432,11 +465,12 @@ def _method_label(run: Run, default_gamma: float) -> str:
 # Preset sections a kind of job never reads for its outputs. Each job carries a digest of the
 # rest (``preset_digest``), so Snakemake reruns what an edit can change and nothing else; a run
 # archive records the report kind's digest (rspo.archive).
+_SELECTION = {"grid", "default_families", *REGIMES}  # which RL runs exist: read by train and report jobs only
 NOT_READ: dict[str, set[str]] = {
-    "data": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
-    "pretrain": {"rl", "grid", "eval", "resources", "mlflow", "seeds", "threads"},
-    "evaluate": {"grid", "resources", "mlflow", "seeds", "threads"},
-    "bench": {"grid", "eval", "resources", "mlflow", "seeds", "threads"},
+    "data": {"rl", "eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
+    "pretrain": {"rl", "eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
+    "evaluate": {"resources", "mlflow", "seeds", "threads", *_SELECTION},
+    "bench": {"eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
     "report": {"resources", "mlflow", "threads"},
 }
 
@@ -453,18 +487,34 @@ def preset_digest(preset: dict[str, Any], kind: str) -> str:
 class Plan:
     """The runs and targets of one preset (optionally with the seeds overridden)."""
 
-    def __init__(self, preset: dict[str, Any], seeds: list[int] | None = None, full: bool = False):
+    def __init__(
+        self,
+        preset: dict[str, Any],
+        seeds: list[int] | None = None,
+        full: bool = False,
+        families: list[str] | None = None,
+    ):
+        """``full``: the whole grid. Otherwise the preset's ``default_families``, or ``families``
+        in their place: grid family names (``plugin``: in every regime) or a regime's family
+        (``mismatch_routing``: only there)."""
         self.preset = preset
         self.name = str(preset.get("preset", ""))
         self.seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
         self.full = full
-        families = expand_grid(preset, self.seeds)
-        default = preset.get("default_families")
+        self.selection = list(families) if families else None
+        expanded = expand_grid(preset, self.seeds)
+        if self.selection:
+            known = sorted(set(expanded) | {_unregimed(k) for k in expanded})
+            for fam in self.selection:
+                if fam not in known:
+                    raise _err("families", f"{fam!r} is not a grid family of this preset; choose from {known}")
+        default = self.selection or preset.get("default_families")
+        families = expanded
         if default is not None and not full:
             # the default target: the named families in each regime (the mechanism pair follows
-            # plugin; stress_<name> follows <name>); `full` builds the rest of the grid too
-            keep = set(default) | ({"mechanism"} if "plugin" in default else set())
-            families = {k: v for k, v in families.items() if k.removeprefix("stress_") in keep or k == "main"}
+            # plugin; <regime>_<name> follows <name>); `full` builds the rest of the grid too
+            keep = set(default) | {k.removesuffix("plugin") + "mechanism" for k in default if k.endswith("plugin")}
+            families = {k: v for k, v in families.items() if k in keep or _unregimed(k) in keep or k == "main"}
         self.families = families
         rl = preset.get("rl") or {}
         self.default_task = str((rl.get("data") or {}).get("task", "countdown"))
@@ -489,8 +539,17 @@ class Plan:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def from_file(cls, path: str | Path, seeds: list[int] | None = None, full: bool = False) -> Plan:
-        return cls(rcfg.load_preset(path), seeds, full)
+    def from_file(
+        cls, path: str | Path, seeds: list[int] | None = None, full: bool = False, families: list[str] | None = None
+    ) -> Plan:
+        return cls(rcfg.load_preset(path), seeds, full, families)
+
+    @property
+    def cli_args(self) -> list[str]:
+        """The report and archive commands' options that rebuild this plan's run selection."""
+        if self.full:
+            return ["--full"]
+        return ["--families", *self.selection] if self.selection else []
 
     # ------------------------------------------------------------------ runs
 
@@ -526,7 +585,14 @@ class Plan:
             # GRPO, GSPO, GMPO and RSPO (= GMPO+RS): Figs. 1 and 7 of the paper.
             return [n for n in names if not self.runs[n].router_shift or self.runs[n].algo == "gmpo"]
 
-        if figure in STRESS_FIGURES:
+        if figure in ("fig9_mismatch", *(f for f in REGIME_FIGURES if paper_figure(f) == "fig9_mismatch")):
+            # the routing family, when it holds the rows beyond the paper
+            names = self._family_runs(figure)
+            beyond = any(
+                self.runs[n].routing == "rollout_replay" or self.runs[n].rollout_correction != "none" for n in names
+            )
+            return names if beyond else []
+        if figure in REGIME_FIGURES:
             names = self._family_runs(figure)
             return paper_four(names) if paper_figure(figure) in ("fig1_reward", "fig7_entropy") else names
         if figure in ("fig1_reward", "fig7_entropy", "fig6_mechanism") and "plugin" not in self.families:
@@ -540,12 +606,6 @@ class Plan:
                     if (self.runs[n].algo, self.runs[n].router_shift) in (("grpo", False), ("gmpo", True))
                 ]
             return paper_four(first)
-        if figure == "fig9_mismatch":  # the routing family, when it holds the rows beyond the paper
-            names = self._family_runs("fig8_routing")
-            beyond = any(
-                self.runs[n].routing == "rollout_replay" or self.runs[n].rollout_correction != "none" for n in names
-            )
-            return names if beyond else []
         names = self._family_runs(figure)
         if figure in ("fig1_reward", "fig7_entropy"):
             names = paper_four(names)

@@ -429,3 +429,17 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
     assert json.loads(r.stdout.strip().splitlines()[-1])["missing"] == []
     total = len(rl_runs) + len(evals) + 2  # + pretraining and report
     assert re.search(r"<strong>(\d+)</strong> matching runs", dom.read_text())[1] == str(total)
+
+
+def test_an_archive_of_a_run_selection_records_it(tmp_path):
+    """An archive packed from a selection of grid families (--families, as docs/results/small ships
+    plugin + mismatch_routing) records the selection; make figures rebuilds the same plan from it."""
+    plan = Plan.from_file(SMOKE, families=["plugin"])
+    assert "routing" not in plan.families and "stress_plugin" in plan.families
+    res = tmp_path / "results" / "smoke"
+    write_results(res, plan)
+    m = pack(plan, res, tmp_path / "archive")
+    assert m["families"] == ["plugin"] and not m["full"] and sorted(m["runs"]) == sorted(plan.runs)
+    again = Plan(plan.preset, full=m["full"], families=m["families"])
+    assert again.runs == plan.runs
+    assert main(["pack", "--preset", str(SMOKE), "--families", "routnig", "--out", str(tmp_path / "x")]) == 2

@@ -77,7 +77,8 @@ def test_small_grid_trains_shared_runs_once():
     for fam in ("plugin", "gamma_min", "stop_gradient", "routing", "mechanism"):
         assert "gmpo-rs0.8-s0" in fams[fam]
     seeds = len(preset["seeds"])
-    assert len(runs) == 2 * (6 + 2 + 1 + 3) * seeds  # natural and stress regimes, every seed
+    # natural and stress regimes, and the mismatch regime's routing family (GMPO, RSPO, R3, TIS, RS+TIS)
+    assert len(runs) == (2 * (6 + 2 + 1 + 3) + 5) * seeds
     from rspo.plan import Plan
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]

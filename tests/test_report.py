@@ -470,6 +470,11 @@ def test_table_claims_from_run_files(smoke, tmp_path):
         ("rs-gmpo", "stress"),
         ("grpo-collapses", "stress"),
         ("throughput", "benchmark"),
+        # beyond the paper: smoke's routing family has R3, TIS and RS+TIS rows (the fake runs are too
+        # short for the agreement and KL trends, which need 10 steps)
+        ("r3-acc", "natural"),
+        ("tis-acc", "natural"),
+        ("rs-tis-acc", "natural"),
     } == got
     rs_grpo = next(r for r in rows if r.claim.key == "rs-grpo" and r.regime == "natural")
     acc = {
@@ -645,3 +650,49 @@ def test_default_families_plan_a_subset_and_full_the_whole_grid():
     assert set(default.table_runs("table_countdown")["countdown"]) < set(
         full.table_runs("table_countdown")["countdown"]
     )
+
+
+def test_mismatch_regime_draws_its_figure_and_gets_its_claims_rows(tmp_path):
+    """The small preset's mismatch regime (FP8 engine): fig9_mismatch_mismatch from its runs, and the
+    claims beyond the paper (R3's routing agreement and KL, R3 / TIS / RS+TIS accuracy) beside the
+    paper's RS claim, computed from the run files."""
+    from rspo.report import claims
+    from rspo.report.figures import build_figure
+
+    plan = Plan.from_file(CONFIGS / "small.yaml", families=["mismatch_routing"])
+    assert len(plan.runs) == 15
+    for name, run in plan.runs.items():
+        write_fake_run(tmp_path / "runs", plan, name, steps=12, val_every=6)
+        write_fake_eval(tmp_path / "eval", plan, name, "countdown")
+        path = tmp_path / "runs" / name / "metrics.jsonl"
+        recs = [json.loads(line) for line in path.read_text().splitlines()]
+        r3 = run.routing == "rollout_replay"
+        for rec in recs:
+            if "rollout_corr/k3_kl" in rec:  # R3: full agreement, half the KL (the screen's picture)
+                rec["rollout_corr/k3_kl"] = (1e-3 if r3 else 2e-3) * (1 + 0.01 * run.seed)
+                rec["rollout_corr/routing_agreement"] = 1.0 if r3 else 0.97 + 0.001 * run.seed
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    pdf, png = build_figure("fig9_mismatch_mismatch", plan, tmp_path / "runs", tmp_path / "fig9.pdf")
+    assert Path(pdf).stat().st_size > 0 and Path(png).stat().st_size > 0
+    rows = {(r.claim.key, r.regime): r for r in claims.collect(plan, tmp_path / "eval", tmp_path / "runs", None)}
+    assert set(rows) == {
+        ("rs-gmpo", "mismatch"),
+        ("r3-agreement", "mismatch"),
+        ("r3-kl", "mismatch"),
+        ("r3-acc", "mismatch"),
+        ("tis-acc", "mismatch"),
+        ("rs-tis-acc", "mismatch"),
+    }
+    agree = rows[("r3-agreement", "mismatch")]
+    assert agree.n == 3 and agree.mean == pytest.approx(100 - 97 - 0.1) and agree.verdict == claims.SUPPORTED
+    kl = rows[("r3-kl", "mismatch")]
+    assert kl.mean == pytest.approx(1.0) and kl.verdict == claims.SUPPORTED  # log2(2e-3 / 1e-3)
+    tis = rows[("tis-acc", "mismatch")]
+    acc = [
+        claims.pooled_accuracy(tmp_path / "eval" / f"mismatch-gmpo-tis-s{s}" / "countdown.json", ["val", "val_target"])
+        - claims.pooled_accuracy(tmp_path / "eval" / f"mismatch-gmpo-s{s}" / "countdown.json", ["val", "val_target"])
+        for s in (0, 1, 2)
+    ]
+    assert tis.mean == pytest.approx(sum(acc) / 3)
+    note = "\n".join(claims.table_claims(plan, tmp_path / "eval", tmp_path / "runs").notes)
+    assert 'mismatch = the same with the overlay {"rollout": {"dtype": "fp8"}' in note

@@ -2,7 +2,9 @@
 its 95% confidence interval over seeds, and a verdict.
 
 Each claim compares a treatment method with a control method of the same regime (the natural
-regime or the stress regime, see the preset) through one measure per run:
+regime or a regime of rspo.plan.REGIMES the preset has: stress, mismatch) through one measure per
+run. Beyond the paper, ``mismatch_claims`` asks what R3 and TIS are for (docs/mismatch.md) wherever
+a routing family has those rows. Measures:
 
 - ``acc``: held-out greedy accuracy (%) of the final checkpoint, the preset's evaluation splits
   pooled (problems weighted equally; eval/<run>/countdown.json);
@@ -24,7 +26,11 @@ from the per-step metrics of metrics.jsonl (``TREND_MEASURES``):
   more volatile: log2 of the standard deviation of the per-step values over the last fifth of the
   run over that of the first fifth (at least 5 steps each; > 0: more volatile late);
 - ``kl_vol``: log2 of the standard deviation of per-step ``actor/ppo_kl`` over the whole run (its
-  paired difference is log2 of the ratio of two runs' volatilities).
+  paired difference is log2 of the ratio of two runs' volatilities);
+- ``agreement``: the mean over steps of ``rollout_corr/routing_agreement`` (%): the share of
+  (token, MoE layer) whose top-k experts agree between engine and trainer;
+- ``mismatch_kl``: log2 of the mean over steps of ``rollout_corr/k3_kl`` (engine vs trainer; the
+  paired difference is log2 of the ratio of two runs' mismatch).
 
 A claim about one method's trend (``control`` empty) takes the measure of each seed's run as the
 effect; the others are paired as above.
@@ -127,6 +133,8 @@ UNITS = {
     "kl_vol_growth": "log2 sd(ppo_kl) late / early",
     "clip_vol_growth": "log2 sd(pg_clipfrac) late / early",
     "kl_vol": "log2 sd(ppo_kl)",
+    "agreement": "routing agreement (pts)",
+    "mismatch_kl": "log2 engine-trainer k3 KL",
 }
 
 
@@ -191,7 +199,7 @@ def steps_to_collapse(final_path: Path) -> float:
     return float(step if data.get("collapsed") and step is not None else data["steps"])
 
 
-TREND_MEASURES = ("gamma_fall", "gclip_rise", "kl_vol_growth", "clip_vol_growth", "kl_vol")
+TREND_MEASURES = ("gamma_fall", "gclip_rise", "kl_vol_growth", "clip_vol_growth", "kl_vol", "agreement", "mismatch_kl")
 MIN_TREND_STEPS = 10
 
 
@@ -245,6 +253,11 @@ def trend_measure(measure: str, metrics_path: Path) -> float:
         return volatility_growth(_series(metrics_path, "actor/pg_clipfrac")[1])
     if measure == "kl_vol":
         return _log2_sd(_series(metrics_path, "actor/ppo_kl")[1])
+    if measure == "agreement":
+        return 100.0 * statistics.fmean(_series(metrics_path, "rollout_corr/routing_agreement")[1])
+    if measure == "mismatch_kl":
+        mean = statistics.fmean(_series(metrics_path, "rollout_corr/k3_kl")[1])
+        return math.log2(mean) if mean > 0 else -60.0  # engine == trainer: far below any real mismatch
     raise ValueError(f"unknown measure {measure!r}")
 
 
@@ -424,19 +437,62 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
     ]
 
 
+def mismatch_claims(gamma_min: float) -> list[Claim]:
+    """Beyond the paper: what the train-inference mismatch tools are for (docs/mismatch.md), as
+    comparisons of a regime's routing family with rows ``none``, ``rollout_replay``, ``tis`` and
+    ``rs+tis``. Margins as the paper's claims: 2 accuracy points, a 25 % change of the KL; 1 point of
+    routing agreement."""
+    rs = f"rs{gamma_min:g}"
+    r3 = "beyond the paper: R3 (rollout routing replay; verl, slime)"
+    tis = "beyond the paper: TIS (Yao et al. 2025; verl, TRL)"
+    return [
+        Claim(
+            "r3-agreement",
+            "R3 makes the trainer route as the engine did",
+            r3,
+            "agreement",
+            "gmpo-rolloutreplay",
+            "gmpo",
+            margin=1.0,
+        ),
+        Claim(
+            "r3-kl",
+            "R3 lowers the engine-trainer KL",
+            r3,
+            "mismatch_kl",
+            "gmpo-rolloutreplay",
+            "gmpo",
+            margin=VOL_MARGIN,
+            sign=-1,
+        ),
+        Claim("r3-acc", "R3 improves GMPO's accuracy", r3, "acc", "gmpo-rolloutreplay", "gmpo", 2.0),
+        Claim("tis-acc", "TIS improves GMPO's accuracy", tis, "acc", "gmpo-tis", "gmpo", 2.0),
+        Claim(
+            "rs-tis-acc",
+            "RS adds to TIS (RSPO+TIS vs GMPO+TIS)",
+            "beyond the paper: RS with TIS",
+            "acc",
+            f"gmpo-{rs}-tis",
+            "gmpo-tis",
+            2.0,
+        ),
+    ]
+
+
 def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files."""
-    from rspo.plan import STRESS_PREFIX
+    from rspo.plan import REGIMES
 
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
     total = int(((plan.preset.get("rl") or {}).get("schedule") or {}).get("total_steps", 100))
-    stress_total = int(
-        (((plan.preset.get("stress") or {}).get("rl") or {}).get("schedule") or {}).get("total_steps", total)
-    )
     rows: list[Row] = []
-    regimes = [("natural", "", total)] + ([("stress", STRESS_PREFIX, stress_total)] if "stress" in plan.preset else [])
+    regimes = [("natural", "", total)] + [
+        (r, f"{r}-", int(((plan.preset[r].get("rl") or {}).get("schedule") or {}).get("total_steps", total)))
+        for r in REGIMES
+        if r in plan.preset
+    ]
     for regime, prefix, steps in regimes:
-        for claim in paper_claims(plan.default_gamma, steps):
+        for claim in paper_claims(plan.default_gamma, steps) + mismatch_claims(plan.default_gamma):
             if claim.measure == "throughput":
                 continue
             values: dict[str, dict[int, float]] = {}
@@ -466,6 +522,7 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
 
 
 def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: str | Path | None = None):
+    from rspo.plan import REGIMES
     from rspo.report.tables import Cell, Table
 
     rows = collect(plan, Path(eval_dir), Path(runs_dir), Path(bench_file) if bench_file else None)
@@ -473,7 +530,11 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         raise ValueError(f"preset {plan.name!r}: no claim has runs of both its methods")
     columns = ["Paper", "Regime", "Effect", "n", "Mean", "95% CI", "Margin", "Verdict"]
     table_rows = [(label, [Cell(text=c) for c in cells]) for label, cells in format_rows(rows)]
-    stress = (plan.preset.get("stress") or {}).get("rl")
+    overlays = "".join(
+        f"; {r} = the same with the overlay {json.dumps(plan.preset[r]['rl'])} ({why}; not in the paper)"
+        for r, why in REGIMES.items()
+        if r in plan.preset
+    )
     notes = [
         RULE,
         "Effects: acc = held-out greedy accuracy of the final checkpoint, "
@@ -483,14 +544,11 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         "RSPO/GMPO update tokens/s per benchmark step; γ fall / γ-clip rise = least-squares slope of the per-step "
         "mean γ (sign flipped) / of the share of tokens under γmin, per 100 steps; volatility = standard deviation "
         "of the per-step values, late / early = last fifth of the run over the first fifth (rspo/report/claims.py). "
-        "A one-method effect (no minus sign) is the measure of each seed's run.",
+        "A one-method effect (no minus sign) is the measure of each seed's run. Beyond the paper: routing "
+        "agreement = mean over steps of the share of (token, MoE layer) whose top-k experts agree between the "
+        "rollout engine and the trainer (points); engine-trainer k3 KL = log2 of its mean over steps.",
         "n = seeds with both runs (benchmark: measured steps). Regimes: natural = the preset's rl section"
-        + (
-            f"; stress = the same with the overlay {json.dumps(stress)} (drift as the controlled variable, "
-            "not in the paper)"
-            if stress
-            else ""
-        )
+        + overlays
         + ".",
         f"Preset {plan.name}. The paper's claims are at 30B-parameter scale; a verdict here is about this scale only.",
     ]

@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, help="output .pdf; a .png is written beside it")
     f.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
     f.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
+    f.add_argument("--families", nargs="+", help="these grid families instead of the preset's default_families")
     f.add_argument("--runs", nargs="+", help="draw these runs instead of the preset's selection")
     f.add_argument("--mlflow", action="store_true", help="also log the figure into the preset's MLflow report run")
     t = sub.add_parser("table", help="one paper table (Markdown + LaTeX)")
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="output .md; a .tex is written beside it")
     t.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
     t.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
+    t.add_argument("--families", nargs="+", help="these grid families instead of the preset's default_families")
     t.add_argument("--mlflow", action="store_true", help="also log the table into the preset's MLflow report run")
     return ap
 
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        plan = Plan.from_file(args.preset, args.seeds, args.full)
+        plan = Plan.from_file(args.preset, args.seeds, args.full, args.families)
         if args.kind == "figure":
             from rspo.report.figures import build_figure
 

@@ -20,8 +20,9 @@ raw curve, and the note says "1 seed". One colour per base algorithm, +RS dashed
 | fig8_routing | Fig. 8 | critic/score/mean, val/<set>/score |
 | fig9_mismatch | beyond the paper | rollout_corr/k3_kl, rollout_corr/routing_agreement, critic/score/mean |
 
-``<figure>_stress`` draws the same figure from the stress regime's runs (presets with a
-``stress`` section; not in the paper).
+``<figure>_<regime>`` draws the same figure from a regime's runs (rspo.plan.REGIMES: presets with
+a ``stress`` or ``mismatch`` section; not in the paper): ``fig4_plugin_stress``,
+``fig9_mismatch_mismatch`` (the FP8-engine routing family of the small study).
 
 Choices that are ours: curves are not smoothed (the paper does not say whether it smooths);
 a validation panel (``val/<set>/score``, the set ``val`` when logged, else the first one) is

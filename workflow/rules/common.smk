@@ -11,7 +11,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from rspo import config as rcfg
-from rspo.plan import FIGURES, NEEDS, TABLES, Plan, load_train_config, validate_preset
+from rspo.plan import FIGURES, NEEDS, TABLES, Plan, figure_regime, load_train_config, paper_figure
+from rspo.plan import validate_preset
 from rspo.plan import preset_digest as plan_preset_digest
 
 ROOT = Path(workflow.basedir)
@@ -45,7 +46,10 @@ def _load_plan():
                 raise WorkflowError(f"invalid archive: {e}") from None
         seeds = config.get("seeds")
         full = str(config.get("full", manifest["full"] if manifest else False)).lower() == "true"
-        plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full)
+        families = config.get("families", (manifest or {}).get("families"))
+        if isinstance(families, str):  # --config families=plugin,mismatch_routing
+            families = [f for f in families.split(",") if f]
+        plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full, families=families)
         plan.check(path)
     except (rcfg.ConfigError, FileNotFoundError) as e:
         raise WorkflowError(f"invalid preset: {e}") from None
@@ -64,9 +68,10 @@ if ARCHIVE:
     from rspo.tracking import SHIPPED_SUFFIX, experiment_name
 
     os.environ.setdefault("RSPO_MLFLOW_EXPERIMENT", experiment_name(PLAN.preset, P) + SHIPPED_SUFFIX)
-# Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole grid.
-PLAN_ARGS = ("" if config.get("seeds") is None else "--seeds " + " ".join(map(str, PLAN.seeds))) + (
-    " --full" if PLAN.full else ""
+# Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole
+# grid, --families for a selection in place of the preset's default_families.
+PLAN_ARGS = " ".join(
+    ([] if config.get("seeds") is None else ["--seeds", *map(str, PLAN.seeds)]) + PLAN.cli_args
 )
 
 # Jobs call `python -m rspo ...`: make `python` the interpreter that runs Snakemake (the
@@ -287,8 +292,8 @@ def need(target):
         if missing:
             raise WorkflowError(
                 f"{target} needs runs that the archive {ARCHIVE} does not hold: {', '.join(missing)} "
-                f"(it holds {len(ARCHIVE_MANIFEST['runs'])} runs of preset {P}; --config full=true asks for "
-                "the whole grid, which only an archive packed with --full has)"
+                f"(it holds {len(ARCHIVE_MANIFEST['runs'])} runs of preset {P}; --config full=true or "
+                "families=... ask for runs that only an archive packed with --full or those --families has)"
             )
 
 
@@ -312,8 +317,8 @@ def table_inputs(table):
 
 
 def figure_caption(fig):
-    """A stress-regime figure has the caption of its paper figure."""
-    return f"../report/{fig.removesuffix('_stress')}.rst"
+    """A regime's figure (fig4_plugin_stress) has the caption of the figure it redraws."""
+    return f"../report/{paper_figure(fig)}.rst"
 
 
 def table_args(table, input):

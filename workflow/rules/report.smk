@@ -5,7 +5,7 @@
 # `--mlflow` also logs each figure (PNG, PDF) and table (Markdown, LaTeX) into the preset's one
 # MLflow run named `report`, tagged `runs/<target>` with the runs it was built from.
 # One rule per figure, defined in a loop; each has its caption in workflow/report/<figure>.rst
-# (a stress-regime figure shares the caption of its paper figure, plus report/stress.rst).
+# (a regime's figure shares the caption of the figure it redraws).
 
 
 for _fig in FIGURES:
@@ -20,7 +20,7 @@ for _fig in FIGURES:
             png=report(
                 f"{R}/figures/{_fig}.png",
                 caption=figure_caption(_fig),
-                category="Figures (stress regime)" if _fig.endswith("_stress") else "Figures",
+                category="Figures" if figure_regime(_fig) == "natural" else f"Figures ({figure_regime(_fig)} regime)",
             ),
         log:
             f"{R}/logs/report/{_fig}.log",
