@@ -99,3 +99,46 @@ def test_a_step_with_an_fp8_engine_measures_a_mismatch_and_trains_the_fp32_weigh
     # the optimizer stepped the trainer's own weights, not their FP8 copies
     params = dict(tr.model.named_parameters())
     assert all(not torch.equal(params[n], round_to_fp8(params[n])) for n in quantized_names(tr.model))
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9) else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_engine_product_equals_an_fp8_gemm(device):
+    """The engine's product (the weight rounded inside fp8_weights, its input rounded by the mode,
+    bf16 autocast: the code path of a rollout) against torch._scaled_mm on the same E4M3 values and
+    scales (row-wise for the input, one scale for the weight), which on a Hopper GPU (capability
+    >= 8.9) is the FP8 tensor-core GEMM an FP8 engine runs. They differ by the bf16 rounding of the
+    scaled values and the accumulation order only: far less than FP8's own rounding error."""
+    torch.manual_seed(0)
+    model = make_tiny_moe("qwen3_moe", num_experts=4, top_k=2, num_layers=1, hidden=64, vocab=40).to(device)
+    name = next(n for n in quantized_names(model) if n.endswith("q_proj.weight"))
+    w = dict(model.named_parameters())[name]
+    x = torch.randn(32, w.shape[1], device=device) * torch.linspace(0.1, 4.0, w.shape[1], device=device)
+    exact = F.linear(x, w).detach().double()
+    sx = x.abs().amax(dim=-1, keepdim=True) / E4M3_MAX
+    sw = w.detach().abs().amax() / E4M3_MAX
+    xq, wq = (x / sx).to(torch.float8_e4m3fn), (w.detach() / sw).to(torch.float8_e4m3fn)
+    try:
+        gemm = torch._scaled_mm(
+            xq,
+            wq.t(),
+            scale_a=sx.float(),
+            scale_b=sw.float().expand(1, w.shape[0]).contiguous(),
+            out_dtype=torch.bfloat16,
+        ).double()
+    except RuntimeError as e:  # torch before 2.13 has per-tensor scales only on the CPU
+        if device == "cpu" and "per-tensor" in str(e):
+            pytest.skip(f"this torch's CPU _scaled_mm has no row-wise scales: {e}")
+        raise
+    with torch.no_grad(), fp8_weights(model), torch.autocast(device, dtype=torch.bfloat16):
+        engine = F.linear(x, w).double()
+
+    def rel(a, b):
+        return float((a - b).norm() / b.norm())
+
+    quantization = rel(gemm, exact)  # what FP8 itself changes: the mismatch the regime is about
+    print(f"{device}: FP8 vs exact {quantization:.4f}, engine vs FP8 GEMM {rel(engine, gemm):.5f}")
+    assert 0.01 < quantization < 0.1
+    assert rel(engine, gemm) < 0.25 * quantization, (rel(engine, gemm), quantization)
