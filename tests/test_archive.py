@@ -428,7 +428,8 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["missing"] == []
     total = len(rl_runs) + len(evals) + 2  # + pretraining and report
-    assert re.search(r"<strong>(\d+)</strong> matching runs", dom.read_text())[1] == str(total)
+    # the runs table loads runs 100 at a time ("Load more"): it counts what it has loaded
+    assert re.search(r"<strong>(\d+)</strong> matching runs", dom.read_text())[1] == str(min(total, 100))
 
 
 def test_an_archive_of_a_run_selection_records_it(tmp_path):

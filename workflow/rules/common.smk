@@ -70,9 +70,7 @@ if ARCHIVE:
     os.environ.setdefault("RSPO_MLFLOW_EXPERIMENT", experiment_name(PLAN.preset, P) + SHIPPED_SUFFIX)
 # Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole
 # grid, --families for a selection in place of the preset's default_families.
-PLAN_ARGS = " ".join(
-    ([] if config.get("seeds") is None else ["--seeds", *map(str, PLAN.seeds)]) + PLAN.cli_args
-)
+PLAN_ARGS = " ".join(([] if config.get("seeds") is None else ["--seeds", *map(str, PLAN.seeds)]) + PLAN.cli_args)
 
 # Jobs call `python -m rspo ...`: make `python` the interpreter that runs Snakemake (the
 # project's venv) unless a conda env (--sdm conda) puts its own python first on PATH.
