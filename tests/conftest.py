@@ -2,6 +2,7 @@
 OpenMP threads from parallel jobs fight), deterministic seeds."""
 
 import os
+import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -10,6 +11,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# model shapes the memory plan keeps on disk (rspo.gpu_memory.shape): in the temp folder, not the
+# user's ~/.cache, shared by the workers and the Snakemake processes the tests start
+os.environ.setdefault("RSPO_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rspo-test-cache-{os.getuid()}"))
 
 try:
     import torch

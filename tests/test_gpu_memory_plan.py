@@ -100,6 +100,31 @@ def test_a_hub_model_without_a_config_is_a_clear_error(tmp_path):
         model_shape("someone/unknown-moe", {}, "math", str(tmp_path))
 
 
+def test_a_hub_models_shape_is_kept_on_disk_and_rebuilt_when_unreadable(tmp_path, monkeypatch):
+    """The shape of a config.json is built once (transformers on the meta device) and read back by
+    the next Snakemake start; a broken cache file is built again; another config is another entry."""
+    from rspo.gpu_memory import shape as S
+
+    monkeypatch.setenv("RSPO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(S, "_SHAPES", {})
+    built = S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub"))
+    (entry,) = (tmp_path / "cache" / "model_shapes").glob("*.json")
+
+    def no_build(*args):
+        raise AssertionError("built again although the shape is on disk")
+
+    monkeypatch.setattr(S, "_SHAPES", {})
+    monkeypatch.setattr(S, "shape_from_config", no_build)
+    assert S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub")) == built
+    entry.write_text("{not json")
+    with pytest.raises(AssertionError, match="built again"):
+        S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub"))
+    monkeypatch.undo()
+    monkeypatch.setenv("RSPO_CACHE_DIR", str(tmp_path / "cache"))
+    assert S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub")) == built  # rebuilt, rewritten
+    assert json.loads(entry.read_text())["params"] == built.params and built.params > 30e9
+
+
 def test_the_terms_are_what_the_trainer_allocates():
     """The old-router cache the plan counts per rank is the RowCache the trainer allocates, and the
     state shards are 4 / 8 bytes per parameter over the ranks."""

@@ -2,12 +2,22 @@
 formulas need (rspo.gpu_memory.plan). Parameter counts are exact (the model built on PyTorch's meta
 device, nothing allocated); the config comes from the fetched hub folder, the copy this package
 ships for the presets' hub models (rspo/model_configs/), or the preset's ``pretrain.model`` for a
-model pretrained here."""
+model pretrained here.
+
+Building a model on the meta device costs seconds (transformers' import and the model's init), and
+every Snakemake start of a GPU preset plans its memory (every SLURM job re-reads the Snakefile), so
+the shape of a config.json file is kept on disk (``shape_cache_dir``: ``$RSPO_CACHE_DIR``, else
+``$XDG_CACHE_HOME/rspo`` or ``~/.cache/rspo``), keyed by the file's content, the model's name,
+transformers' version and this module's source; a preset's own pretrained model is built each time
+(its vocabulary comes from this package's tokenizer)."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,10 +148,49 @@ def model_config(path: str, preset: dict[str, Any], task: str, hub_dir: str = "r
 _SHAPES: dict[str, ModelShape] = {}
 
 
+def shape_cache_dir() -> Path:
+    base = os.environ.get("RSPO_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rspo"
+    return Path(base) / "model_shapes"
+
+
+def _config_file(path: str, hub_dir: str) -> Path | None:
+    """The config.json model_config reads for a hub id or a local folder (None: pretrained here)."""
+    from rspo.hub import is_hub_id, slug
+
+    if path and is_hub_id(path):
+        for f in (Path(hub_dir) / slug(path) / "config.json", CONFIG_DIR / f"{slug(path)}.json"):
+            if f.is_file():
+                return f
+    elif path and Path(path, "config.json").is_file():
+        return Path(path, "config.json")
+    return None
+
+
 def model_shape(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub") -> ModelShape:
-    """The shape of the model a task's runs start from (see model_config; cached per config)."""
+    """The shape of the model a task's runs start from (see model_config; cached per config, and on
+    disk per config.json file: see the module docstring)."""
+    from importlib.metadata import version
+
+    stored = None
+    f = _config_file(path, hub_dir)
+    if f is not None:
+        code = Path(__file__).read_text()  # this module's formulas: a change here is another shape
+        digest = hashlib.sha256(json.dumps([path, f.read_text(), version("transformers"), code]).encode()).hexdigest()
+        stored = shape_cache_dir() / f"{digest[:32]}.json"
+        try:
+            return ModelShape(**json.loads(stored.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass  # not there yet, or unreadable: build it
     name, config, ckpt = model_config(path, preset, task, hub_dir)
     key = json.dumps([name, config.to_dict(), ckpt], sort_keys=True, default=str)
     if key not in _SHAPES:
         _SHAPES[key] = shape_from_config(name, config, ckpt)
+    if stored is not None:
+        try:  # written whole, then renamed: a concurrent reader sees the file complete or not at all
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            tmp = stored.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(dataclasses.asdict(_SHAPES[key])))
+            os.replace(tmp, stored)
+        except OSError:
+            pass  # a read-only home: the plan is made all the same
     return _SHAPES[key]
