@@ -57,9 +57,10 @@ sandbox:
 # the whole suite in the main venv, then the vLLM tests (and the transformers-facing tests on
 # transformers 5.19) in the vLLM venv; both runs count. Two pytest-xdist workers, one per core,
 # each taking whole files (--dist loadfile: a module's fixtures are built once); the slowest tests
-# are listed at the end.
+# are listed at the end. The two venvs are built side by side (make -j2: pip is single-threaded).
 XDIST := -n 2 --dist loadfile --no-loadscope-reorder --durations=25
-test: venv venv-vllm sandbox
+test: sandbox
+	$(MAKE) --no-print-directory -j2 venv venv-vllm
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST) -m "not vllm" tests; main=$$?; \
 	$(MAKE) --no-print-directory test-vllm; vllm=$$?; \
 	echo "make test: main venv pytest exit $$main, vLLM venv pytest exit $$vllm"; \
