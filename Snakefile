@@ -8,7 +8,7 @@
 #
 # Rules are thin wrappers around `python -m rspo <command>`; the preset (configs/<name>.yaml,
 # checked against workflow/schemas/preset.schema.yaml) is the single source of truth for the run
-# grid and for which runs each table and figure needs (both planned by rspo/plan.py).
+# grid (rspo/grid.py) and for which runs each table and figure needs (rspo/plan.py).
 
 from snakemake.utils import min_version, validate
 

@@ -76,8 +76,8 @@ def run_bench(
     data_parallel: int = 0,
     quiet: bool = False,
 ) -> dict[str, Any]:
+    from rspo.grid import load_train_config
     from rspo.models import set_threads
-    from rspo.plan import load_train_config
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 

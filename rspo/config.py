@@ -11,9 +11,7 @@ Errors name the key: ``ConfigError: rl.algorithm.gamma_min: must lie in (0, 1], 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import hashlib
 import json
 import types
@@ -573,20 +571,11 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def load_preset(path: str | Path) -> dict[str, Any]:
-    """The preset file as a mapping (a fresh copy each call: callers may change it). Parsed once per
-    version of the file (path, size, mtime): a Snakemake start resolves every run of the grid, each
-    from the preset, and parsing it each time cost seconds."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"preset file not found: {path}")
-    st = path.stat()
-    return copy.deepcopy(_parsed_preset(str(path), str(path.resolve()), st.st_size, st.st_mtime_ns))
-
-
-@functools.lru_cache(maxsize=32)
-def _parsed_preset(path: str, resolved: str, size: int, mtime_ns: int) -> dict[str, Any]:
-    try:  # libyaml's parser where PyYAML has it (the same result as SafeLoader, ~10x faster)
-        data = yaml.load(Path(resolved).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    try:  # libyaml's parser where PyYAML has it: SafeLoader's result, ~10x faster (Snakemake reads it per run)
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):

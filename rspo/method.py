@@ -20,7 +20,7 @@ class ConfigError(ValueError):
 def check_gamma_min(value: float, key: str = "gamma_min") -> float:
     """The one check of gamma_min, the floor on the router-shift ratio: it must lie in (0, 1].
 
-    Used where a value enters: a preset (rspo.config), the grid's sweep (rspo.plan), the loss's
+    Used where a value enters: a preset (rspo.config), the grid's sweep (rspo.grid), the loss's
     arguments (rspo.losses) and the TRL configs; raises ConfigError (a ValueError) naming ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
         raise ConfigError(f"{key}: must lie in (0, 1], got {value}")

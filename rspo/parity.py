@@ -158,9 +158,9 @@ def run_parity(
 
     from rspo.config import load_preset
     from rspo.evaluate.cli import evaluate_countdown
+    from rspo.grid import load_train_config
     from rspo.jsonl import write_json_atomic
     from rspo.models import load_model, load_tokenizer_checked, save_checkpoint, set_threads
-    from rspo.plan import load_train_config
 
     set_threads(threads)
     preset = load_preset(preset_path)

@@ -4,11 +4,8 @@ One answer for everyone who asks: Snakemake (``Snakefile``, ``workflow/rules/*.s
 CLI (``python -m rspo report``) and the train/bench commands (``load_train_config``), so the figure
 a rule plans is the figure the CLI draws and the run a job trains is the run the grid names.
 
-- The run grid: ``expand_grid`` turns the preset's ``grid:`` mapping (and each regime's section,
-  ``stress:`` and ``mismatch:``, see ``REGIMES``) into named runs (``run_name``: ``gmpo-rs0.8-s0``,
-  ``grpo-s1``, ...); a run several figures need is one run, trained once. ``load_train_config``
-  resolves one named run into a ``TrainConfig`` (rspo.config holds the dataclasses and their
-  validation).
+- The run grid (rspo.grid): ``expand_grid`` names the runs of the preset's ``grid:`` and of its
+  regimes; ``load_train_config`` resolves one named run into a ``TrainConfig``.
 - ``Plan``: the runs of one preset (its default families, a named selection of families, or the
   whole grid with ``full``), the runs each paper figure and table draws, base models, data sources,
   job resources, and the deep validation of a preset before any job starts (``Plan.check``,
@@ -37,62 +34,17 @@ Choices that are ours, not the paper's (the paper index is in docs/design.md):
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import TASKS, TrainConfig, removed_reason
-from rspo.method import ALGOS, DEFAULT_GAMMA_MIN, ROUTING_MODES, ConfigError, check_gamma_min
+from rspo.config import TASKS, removed_reason
+from rspo.grid import CORRECTION_NAMES, REGIMES, all_runs, base_family, expand_grid, load_train_config
+from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
 
-
-def _err(key: str, msg: str) -> ConfigError:
-    return ConfigError(f"{key}: {msg}")
-
-
-# ----------------------------------------------------------------------------- the run grid
-
-
-def run_name(
-    algo: str,
-    router_shift: bool = False,
-    gamma_min: float = DEFAULT_GAMMA_MIN,
-    stop_gradient: bool = True,
-    routing: str = "none",
-    seed: int = 0,
-    correction: str = "none",
-) -> str:
-    """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`,
-    `gmpo-rolloutreplay-s0` (R3), `gmpo-rs0.8-tis-s0` (a rollout correction: tis, icepop, seqtis, mis)."""
-    parts = [algo]
-    if router_shift:
-        parts.append(f"rs{gamma_min:g}")
-        if not stop_gradient:
-            parts.append("nosg")
-    if routing != "none":
-        parts.append(routing.replace("_", ""))
-    if correction != "none":
-        parts.append(CORRECTION_NAMES[correction])
-    parts.append(f"s{seed}")
-    return "-".join(parts)
-
-
-# Short names of the rollout corrections (rspo.losses.rollout_correction), in run names and labels.
-CORRECTION_NAMES = {
-    "token_truncate": "tis",
-    "token_mask": "icepop",
-    "sequence_truncate": "seqtis",
-    "sequence_mask": "mis",
-}
-# The routing family's rows beyond the paper (docs/mismatch.md): mode -> (routing, RS, correction).
-BEYOND_PAPER_ROWS = {
-    "rollout_replay": ("rollout_replay", False, "none"),
-    "tis": ("none", False, "token_truncate"),
-    "rs+tis": ("none", True, "token_truncate"),
-}
+# ----------------------------------------------------------------------------- targets
 
 
 # Which figure needs which grid family (paper index: docs/design.md).
@@ -110,14 +62,6 @@ FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 FIGURE_FAMILIES["fig9_mismatch"] = ("routing",)  # beyond the paper: drawn when the family has R3 / TIS rows
 
-# Regimes beyond the natural one (none is in the paper). Each is a preset section of one shape
-# (``regime_families``): the Countdown families it names, trained again with its `rl` overlay (and
-# its `grid` overlay of those families' settings); runs named ``<regime>-<run>``, families
-# ``<regime>_<family>``, figures ``<figure>_<regime>``, labels ending in `` [<regime>]``.
-REGIMES: dict[str, str] = {
-    "stress": "router drift as the controlled variable",
-    "mismatch": "train-inference mismatch as the controlled variable: the engine in another precision",
-}
 # regime figure -> (the figure it redraws, regime)
 REGIME_FIGURES: dict[str, tuple[str, str]] = {
     f"{fig}_{regime}": (fig, regime)
@@ -127,221 +71,6 @@ REGIME_FIGURES: dict[str, tuple[str, str]] = {
 }
 for _fig, (_base, _regime) in REGIME_FIGURES.items():
     FIGURE_FAMILIES[_fig] = tuple(f"{_regime}_{f}" for f in FIGURE_FAMILIES[_base])
-
-GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
-
-
-def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Grid families -> {run name: algorithm overrides (+ seed)}.
-
-    Returns {family: {name: {"algorithm": {...}, "seed": s}}}; the same name in several
-    families is the same run (trained once). Families: plugin (algos x router_shift: Figs. 1,
-    4, 6, 7), gamma_min (Fig. 3), stop_gradient (Fig. 5), routing (Fig. 8), and mechanism (the
-    GRPO and RSPO runs of the plugin family, Fig. 6), and main (Table 1 / Fig. 2: for each task
-    in `grid.main.tasks`, the methods in `grid.main.methods` such as "gmpo+rs"; the run config is
-    `rl` overlaid with the preset's `tasks.<task>` mapping, and the run name starts with the task).
-    """
-    grid = preset.get("grid") or {}
-    if not isinstance(grid, dict):
-        raise _err("grid", "expected a mapping")
-    unknown = sorted(set(grid) - GRID_KEYS)
-    if unknown:
-        raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_KEYS)}")
-    seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", DEFAULT_GAMMA_MIN))
-
-    def spec(
-        algo: str,
-        seed: int,
-        rs: bool = False,
-        gmin: float = default_gamma,
-        sg: bool = True,
-        routing: str = "none",
-        task: str = "",
-        correction: str = "none",
-    ) -> tuple[str, dict[str, Any]]:
-        if algo not in ALGOS:
-            raise _err("grid", f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
-        check_gamma_min(gmin, "grid.gamma_min.values")
-        if routing not in ROUTING_MODES:
-            raise _err("grid.routing.modes", f"unknown routing mode {routing!r}")
-        algo_over = {"algo": algo, "router_shift": rs, "gamma_min": gmin, "stop_gradient": sg, "routing": routing}
-        if correction != "none":  # left out otherwise: the runs named before corrections existed keep their config
-            algo_over["rollout_correction"] = correction
-        name = run_name(algo, rs, gmin, sg, routing, seed, correction)
-        if task:
-            return f"{task}-{name}", {"algorithm": algo_over, "seed": seed, "task": task}
-        return name, {"algorithm": algo_over, "seed": seed}
-
-    families: dict[str, dict[str, dict[str, Any]]] = {}
-    if "plugin" in grid:
-        g = grid["plugin"] or {}
-        fam = {}
-        for seed in seeds:
-            for algo in g.get("algos", list(ALGOS)):
-                for rs in g.get("router_shift", [False, True]):
-                    name, ov = spec(algo, seed, rs=bool(rs))
-                    fam[name] = ov
-        families["plugin"] = fam
-        mech = {}
-        for seed in seeds:
-            for algo, rs in (("grpo", False), ("gmpo", True)):
-                name, ov = spec(algo, seed, rs=rs)
-                mech[name] = ov
-        families["mechanism"] = mech
-    if "gamma_min" in grid:
-        g = grid["gamma_min"] or {}
-        families["gamma_min"] = dict(
-            spec(g.get("algo", "gmpo"), seed, rs=True, gmin=float(v))
-            for seed in seeds
-            for v in g.get("values", [0.2, 0.5, 0.8])
-        )
-    if "stop_gradient" in grid:
-        g = grid["stop_gradient"] or {}
-        fam = {}
-        for seed in seeds:
-            for sg in (True, False):
-                name, ov = spec(g.get("algo", "gmpo"), seed, rs=True, sg=sg)
-                fam[name] = ov
-        families["stop_gradient"] = fam
-    if "routing" in grid:
-        g = grid["routing"] or {}
-        fam = {}
-        for seed in seeds:
-            name, ov = spec(g.get("algo", "gmpo"), seed, rs=True)  # RSPO, the reference
-            fam[name] = ov
-            for mode in g.get("modes", ["freeze", "logit_replay", "index_replay"]):
-                if mode == "none":  # the algorithm alone (no RS, no routing control): the mismatch baseline
-                    name, ov = spec(g.get("algo", "gmpo"), seed)
-                elif mode in BEYOND_PAPER_ROWS:  # R3, TIS, RS+TIS (beyond the paper)
-                    routing, rs, corr = BEYOND_PAPER_ROWS[mode]
-                    name, ov = spec(g.get("algo", "gmpo"), seed, rs=rs, routing=routing, correction=corr)
-                else:
-                    name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
-                fam[name] = ov
-        families["routing"] = fam
-    for regime in REGIMES:
-        if regime in preset:
-            families.update(regime_families(preset, families, regime, seeds))
-    if "main" in grid:
-        g = grid["main"] or {}
-        tasks = preset.get("tasks") or {}
-        fam = {}
-        for task in g.get("tasks", []):
-            if task not in TASKS or task not in tasks:
-                raise _err("grid.main.tasks", f"task {task!r} needs a `tasks.{task}` mapping in the preset")
-            for seed in seeds:
-                for method in g.get("methods", ["grpo", "gspo", "gmpo", "gmpo+rs"]):
-                    algo, _, plus = str(method).partition("+")
-                    if plus not in ("", "rs"):
-                        raise _err("grid.main.methods", f"unknown method {method!r}; use <algo> or <algo>+rs")
-                    name, ov = spec(algo, seed, rs=plus == "rs", task=task)
-                    fam[name] = ov
-        families["main"] = fam
-    return families
-
-
-def regime_families(
-    preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]], regime: str, seeds: list[int]
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """A regime (REGIMES): the Countdown families named in ``<regime>.families``, again, with the
-    ``<regime>.rl`` overlay (a router learning-rate multiplier, an engine precision) and run names
-    prefixed ``<regime>-``; an optional ``<regime>.grid`` overlays those families' grid settings
-    (e.g. other routing modes). Family ``<regime>_<name>``; the mechanism pair follows plugin."""
-    st = preset.get(regime)
-    if not isinstance(st, dict):
-        raise _err(regime, "expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    unknown = sorted(set(st) - {"rl", "families", "grid", "note"})
-    if unknown:
-        raise _err(f"{regime}.{unknown[0]}", "unknown key; valid keys are ['families', 'grid', 'note', 'rl']")
-    if not isinstance(st.get("rl"), dict) or not st["rl"]:
-        raise _err(f"{regime}.rl", "expected a non-empty overlay of the rl section")
-    source = families
-    if st.get("grid"):
-        grid = json.loads(json.dumps(preset.get("grid") or {}))
-        for fam, over in st["grid"].items():
-            if fam not in grid or fam == "main" or not isinstance(over, dict):
-                raise _err(f"{regime}.grid.{fam}", f"expected a mapping overlaying grid.{fam} of this preset")
-            grid[fam] = {**(grid[fam] or {}), **over}
-        plain = {k: v for k, v in preset.items() if k not in REGIMES}
-        source = expand_grid({**plain, "grid": grid}, seeds)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for fam in list(st.get("families") or []):
-        if fam not in source or fam in ("main", "mechanism"):
-            raise _err(
-                f"{regime}.families",
-                f"{fam!r} is not a Countdown grid family of this preset "
-                f"(have: {sorted(f for f in source if f not in ('main', 'mechanism'))})",
-            )
-        for name in [fam] + (["mechanism"] if fam == "plugin" else []):
-            out[f"{regime}_{name}"] = {f"{regime}-{run}": {**ov, "regime": regime} for run, ov in source[name].items()}
-    return out
-
-
-def _unregimed(family: str) -> str:
-    """The grid family a regime's family repeats (stress_plugin -> plugin)."""
-    regime, _, rest = family.partition("_")
-    return rest if regime in REGIMES and rest else family
-
-
-def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
-    """Every distinct run of the grid, name -> overrides."""
-    runs: dict[str, dict[str, Any]] = {}
-    for fam in expand_grid(preset, seeds).values():
-        runs.update(fam)
-    return runs
-
-
-def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _deep_update(base[k], v)
-        else:
-            base[k] = v
-
-
-def load_train_config(
-    preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None, seed: int | None = None
-) -> TrainConfig:
-    """Resolve one RL run: preset `rl:` + the named grid run's overrides + `key=value` overrides."""
-    preset = rcfg.load_preset(preset_path)
-    rl = json.loads(json.dumps(preset.get("rl") or {}))  # deep copy
-    run_seed = int(preset.get("seeds", [0])[0]) if seed is None else seed
-    name = run or ""
-    if run:
-        runs = all_runs(preset)
-        seed_suffix = run.rsplit("-s", 1)[-1]
-        if run not in runs and seed_suffix.isdigit():  # a seed given with --config seeds=[...]
-            runs = all_runs(preset, seeds=[int(seed_suffix)])
-        if run not in runs:
-            raise _err("run", f"{run!r} is not in the preset's grid; known runs: {sorted(runs)}")
-        ov = runs[run]
-        if "task" in ov:
-            _deep_update(rl, json.loads(json.dumps((preset.get("tasks") or {})[ov["task"]])))
-        if ov.get("regime") in REGIMES:
-            _deep_update(rl, json.loads(json.dumps(preset[ov["regime"]]["rl"])))
-        rl.setdefault("algorithm", {}).update(ov["algorithm"])
-        run_seed = ov["seed"]
-    for text in overrides or []:
-        key, value = rcfg.parse_override(text)
-        if key == "seed":
-            run_seed = int(value)
-            continue
-        rcfg.set_by_path(rl, key.removeprefix("rl."), value)
-    preset_name = str(preset.get("preset", Path(preset_path).stem))
-    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=preset_name, run_name=name)
-    if not name:
-        a = cfg.algorithm
-        cfg = dataclasses.replace(
-            cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient, a.routing, cfg.seed)
-        )
-    return cfg
-
-
-# ----------------------------------------------------------------------------- targets
-
 
 PAPER_FIGURES: tuple[str, ...] = (
     "fig1_reward",
@@ -504,17 +233,17 @@ class Plan:
         self.selection = list(families) if families else None
         expanded = expand_grid(preset, self.seeds)
         if self.selection:
-            known = sorted(set(expanded) | {_unregimed(k) for k in expanded})
+            known = sorted(set(expanded) | {base_family(k) for k in expanded})
             for fam in self.selection:
                 if fam not in known:
-                    raise _err("families", f"{fam!r} is not a grid family of this preset; choose from {known}")
+                    raise ConfigError(f"families: {fam!r} is not a grid family of this preset; choose from {known}")
         default = self.selection or preset.get("default_families")
         families = expanded
         if default is not None and not full:
             # the default target: the named families in each regime (the mechanism pair follows
             # plugin; <regime>_<name> follows <name>); `full` builds the rest of the grid too
             keep = set(default) | {k.removesuffix("plugin") + "mechanism" for k in default if k.endswith("plugin")}
-            families = {k: v for k, v in families.items() if k in keep or _unregimed(k) in keep or k == "main"}
+            families = {k: v for k, v in families.items() if k in keep or base_family(k) in keep or k == "main"}
         self.families = families
         rl = preset.get("rl") or {}
         self.default_task = str((rl.get("data") or {}).get("task", "countdown"))

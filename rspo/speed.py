@@ -169,7 +169,7 @@ def bench_model(
     """One table: every contender on one model, alternating step by step."""
     import torch
 
-    from rspo.plan import load_train_config
+    from rspo.grid import load_train_config
     from rspo.progress import Progress
     from rspo.train.trainer import Trainer
 

@@ -18,7 +18,8 @@ from test_report import write_fake_results
 from test_workflow import job_counts, make_workspace, snakemake
 
 from rspo.archive import ArchiveError, main, pack, read_manifest, unpack, verify
-from rspo.plan import Plan, load_train_config
+from rspo.grid import load_train_config
+from rspo.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"

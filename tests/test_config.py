@@ -11,7 +11,7 @@ from rspo.config import (
     load_preset,
     train_config_from_dict,
 )
-from rspo.plan import all_runs, expand_grid, load_train_config, run_name
+from rspo.grid import all_runs, expand_grid, load_train_config, run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -146,7 +146,7 @@ def test_top_p_below_one_is_refused_for_training():
 @pytest.mark.parametrize("value", [0, 0.0, 1.5, -1])
 def test_gamma_min_out_of_range_is_one_clear_error(value):
     from rspo.config import check_gamma_min
-    from rspo.plan import expand_grid
+    from rspo.grid import expand_grid
 
     with pytest.raises(ConfigError, match=r"^rl\.algorithm\.gamma_min: must lie in \(0, 1\], got "):
         train_config_from_dict({"algorithm": {"gamma_min": value}})

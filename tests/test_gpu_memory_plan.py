@@ -129,7 +129,7 @@ def test_the_terms_are_what_the_trainer_allocates():
     """The old-router cache the plan counts per rank is the RowCache the trainer allocates, and the
     state shards are 4 / 8 bytes per parameter over the ranks."""
     from rspo.config import load_preset
-    from rspo.plan import load_train_config
+    from rspo.grid import load_train_config
     from rspo.train.memory import RowCache
 
     preset_file = ROOT / "configs" / "small.yaml"

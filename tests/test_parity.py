@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_preset_maps_onto_trl_with_the_same_work_per_step():
     pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
+    from rspo.grid import load_train_config
     from rspo.parity import trl_grpo_args
-    from rspo.plan import load_train_config
 
     cfg = load_train_config(ROOT / "configs" / "small.yaml", "grpo-s0")
     args = trl_grpo_args(cfg, Path("/tmp/x"), generations=150, lr=cfg.optim.lr, warmup=cfg.optim.warmup_steps, seed=1)
@@ -61,9 +61,9 @@ def test_parity_trains_with_trl_and_evaluates_like_the_study(tmp_path):
 
 def test_rspo_through_trl_maps_the_same_work_with_gmpos_clip_and_the_presets_rs():
     pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
+    from rspo.grid import load_train_config
     from rspo.integrations.trl import RSPOConfig
     from rspo.parity import RUN_OVERRIDES, trl_grpo_args, trl_rspo_args
-    from rspo.plan import load_train_config
 
     cfg = load_train_config(ROOT / "configs" / "small.yaml", None, RUN_OVERRIDES["trl-rspo"])
     kw = dict(generations=150, lr=cfg.optim.lr, warmup=cfg.optim.warmup_steps, seed=1)

@@ -1,4 +1,5 @@
-"""rspo.plan's regimes (stress, mismatch) and run selections: names, overlays, figures, digests."""
+"""The regimes (stress, mismatch) of rspo.grid and rspo.plan's run selections: names, overlays,
+figures, digests."""
 
 import copy
 from pathlib import Path
@@ -7,17 +8,8 @@ import pytest
 import yaml
 
 from rspo.config import ConfigError
-from rspo.plan import (
-    FIGURES,
-    REGIME_FIGURES,
-    Plan,
-    expand_grid,
-    figure_regime,
-    load_train_config,
-    paper_figure,
-    preset_digest,
-    validate_preset,
-)
+from rspo.grid import expand_grid, load_train_config
+from rspo.plan import FIGURES, REGIME_FIGURES, Plan, figure_regime, paper_figure, preset_digest, validate_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "configs" / "small.yaml"

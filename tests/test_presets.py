@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rspo import config as rcfg
-from rspo import plan as rplan
+from rspo.grid import GRID_KEYS
 from rspo.plan import Plan, validate_preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def test_schema_enums_match_library_constants():
     rl = defs["rl"]["properties"]
     assert tuple(rl["algorithm"]["properties"]["routing"]["enum"]) == rcfg.ROUTING_MODES
     assert tuple(rl["data"]["properties"]["task"]["enum"]) == rcfg.TASKS
-    assert set(SCHEMA["properties"]["grid"]["properties"]) == rplan.GRID_KEYS
+    assert set(SCHEMA["properties"]["grid"]["properties"]) == GRID_KEYS
 
 
 def test_schema_countdown_pretrain_model_keys_match_library():

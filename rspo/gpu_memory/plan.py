@@ -477,7 +477,8 @@ def preset_setup(preset: dict[str, Any], gpu_gib: float) -> Setup:
 def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") -> list[RunPlan]:
     """One RunPlan per task and distinct memory-relevant run config of the preset's grid."""
     from rspo.config import load_preset
-    from rspo.plan import Plan, load_train_config
+    from rspo.grid import load_train_config
+    from rspo.plan import Plan
 
     preset = load_preset(preset_path)
     plan = Plan(preset)

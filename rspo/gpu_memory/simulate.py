@@ -458,7 +458,8 @@ def task_inputs(preset_path: str, task: str, hub_dir: str, layers: int = 0, over
     terms scale)."""
     from rspo.config import load_preset
     from rspo.gpu_memory.shape import model_config
-    from rspo.plan import Plan, load_train_config
+    from rspo.grid import load_train_config
+    from rspo.plan import Plan
 
     preset = load_preset(preset_path)
     plan = Plan(preset)

@@ -2,7 +2,7 @@
 its 95% confidence interval over seeds, and a verdict.
 
 Each claim compares a treatment method with a control method of the same regime (the natural
-regime or a regime of rspo.plan.REGIMES the preset has: stress, mismatch) through one measure per
+regime or a regime of rspo.grid.REGIMES the preset has: stress, mismatch) through one measure per
 run. Beyond the paper, ``mismatch_claims`` asks what R3 and TIS are for (docs/mismatch.md) wherever
 a routing family has those rows. Measures:
 
@@ -481,7 +481,7 @@ def mismatch_claims(gamma_min: float) -> list[Claim]:
 
 def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files."""
-    from rspo.plan import REGIMES
+    from rspo.grid import REGIMES
 
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
     total = int(((plan.preset.get("rl") or {}).get("schedule") or {}).get("total_steps", 100))
@@ -522,7 +522,7 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
 
 
 def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: str | Path | None = None):
-    from rspo.plan import REGIMES
+    from rspo.grid import REGIMES
     from rspo.report.tables import Cell, Table
 
     rows = collect(plan, Path(eval_dir), Path(runs_dir), Path(bench_file) if bench_file else None)

@@ -20,7 +20,7 @@ raw curve, and the note says "1 seed". One colour per base algorithm, +RS dashed
 | fig8_routing | Fig. 8 | critic/score/mean, val/<set>/score |
 | fig9_mismatch | beyond the paper | rollout_corr/k3_kl, rollout_corr/routing_agreement, critic/score/mean |
 
-``<figure>_<regime>`` draws the same figure from a regime's runs (rspo.plan.REGIMES: presets with
+``<figure>_<regime>`` draws the same figure from a regime's runs (rspo.grid.REGIMES: presets with
 a ``stress`` or ``mismatch`` section; not in the paper): ``fig4_plugin_stress``,
 ``fig9_mismatch_mismatch`` (the FP8-engine routing family of the small study).
 

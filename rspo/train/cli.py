@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     gpu_environment()  # harmless on a CPU: nothing reads them there
     from rspo.config import ConfigError, load_preset
-    from rspo.plan import load_train_config
+    from rspo.grid import load_train_config
     from rspo.tracking import Tracker, default_tracking_uri
 
     overrides = list(args.overrides)

@@ -1,7 +1,7 @@
 # Shared set-up: load and validate the preset, plan the runs, paths, resources, environments.
 # Rules stay thin: every decision about WHICH runs, data and models a target needs lives in
-# rspo/plan.py (the run grid, and the planner shared with the report CLI; the preset is the single
-# source of truth).
+# rspo/grid.py (the run grid) and rspo/plan.py (the planner shared with the report CLI; the preset
+# is the single source of truth).
 
 import os
 import re
@@ -11,7 +11,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from rspo import config as rcfg
-from rspo.plan import FIGURES, NEEDS, TABLES, Plan, figure_regime, load_train_config, paper_figure
+from rspo.grid import load_train_config
+from rspo.plan import FIGURES, NEEDS, TABLES, Plan, figure_regime, paper_figure
 from rspo.plan import validate_preset
 from rspo.plan import preset_digest as plan_preset_digest
 

@@ -1,4 +1,4 @@
-# One RL run per grid name (rspo.plan.expand_grid): GRPO / GSPO / GMPO, +RS, gamma_min sweep,
+# One RL run per grid name (rspo.grid.expand_grid): GRPO / GSPO / GMPO, +RS, gamma_min sweep,
 # stop-gradient ablation, routing alternatives, and the math/code `main` runs. A run that several
 # figures need has one name and is trained once. final.json is written last by `rspo train`;
 # metrics.jsonl, run.json and the checkpoints stay in place if a job dies, so a rerun resumes.
