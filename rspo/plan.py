@@ -59,8 +59,8 @@ FIGURE_FAMILIES: dict[str, tuple[str, ...]] = {
     "fig2_reward_large": ("main",),
     "table_main": ("main",),
     "table_countdown": ("plugin",),
+    "fig9_mismatch": ("routing",),  # beyond the paper: drawn when the family has R3 / TIS rows
 }
-FIGURE_FAMILIES["fig9_mismatch"] = ("routing",)  # beyond the paper: drawn when the family has R3 / TIS rows
 
 # regime figure -> (the figure it redraws, regime)
 REGIME_FIGURES: dict[str, tuple[str, str]] = {
@@ -314,8 +314,7 @@ class Plan:
             # GRPO, GSPO, GMPO and RSPO (= GMPO+RS): Figs. 1 and 7 of the paper.
             return [n for n in names if not self.runs[n].router_shift or self.runs[n].algo == "gmpo"]
 
-        if figure in ("fig9_mismatch", *(f for f in REGIME_FIGURES if paper_figure(f) == "fig9_mismatch")):
-            # the routing family, when it holds the rows beyond the paper
+        if paper_figure(figure) == "fig9_mismatch":  # the routing family, when it holds the rows beyond the paper
             names = self._family_runs(figure)
             beyond = any(
                 self.runs[n].routing == "rollout_replay" or self.runs[n].rollout_correction != "none" for n in names

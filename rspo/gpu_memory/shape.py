@@ -113,6 +113,20 @@ def dtype_bytes(name: str | None) -> int:
     return {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(name or "float32").replace("torch.", ""), 4)
 
 
+def config_file(path: str, hub_dir: str) -> Path | None:
+    """The config.json of a hub id (the fetched folder's, else the copy in rspo/model_configs) or of a
+    local folder; None when there is none (a hub id not fetched, or a model pretrained here)."""
+    from rspo.hub import is_hub_id, slug
+
+    if path and is_hub_id(path):
+        for f in (Path(hub_dir) / slug(path) / "config.json", CONFIG_DIR / f"{slug(path)}.json"):
+            if f.is_file():
+                return f
+    elif path and Path(path, "config.json").is_file():
+        return Path(path, "config.json")
+    return None
+
+
 def model_config(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub"):
     """(name, transformers config, checkpoint bytes per parameter) of the model a task's runs start
     from: a hub id (the fetched folder's config.json, else the copy in rspo/model_configs), a local
@@ -121,18 +135,16 @@ def model_config(path: str, preset: dict[str, Any], task: str, hub_dir: str = "r
 
     from rspo.hub import is_hub_id, slug
 
+    f = config_file(path, hub_dir)
+    if f is not None:
+        data = json.loads(f.read_text())
+        config = AutoConfig.for_model(**data) if is_hub_id(path) else AutoConfig.from_pretrained(path)
+        return path, config, dtype_bytes(data.get("torch_dtype") or data.get("dtype"))
     if path and is_hub_id(path):
-        for f in (Path(hub_dir) / slug(path) / "config.json", CONFIG_DIR / f"{slug(path)}.json"):
-            if f.is_file():
-                data = json.loads(f.read_text())
-                return path, AutoConfig.for_model(**data), dtype_bytes(data.get("torch_dtype") or data.get("dtype"))
         raise PlanError(
             f"no config.json for {path}: fetch the model first (python -m rspo fetch-model --model {path} "
             f"--out {hub_dir}/{slug(path)}) or add its config.json to {CONFIG_DIR}"
         )
-    if path and Path(path, "config.json").is_file():
-        data = json.loads(Path(path, "config.json").read_text())
-        return path, AutoConfig.from_pretrained(path), dtype_bytes(data.get("torch_dtype") or data.get("dtype"))
     # pretrained here: the preset's pretrain.model (math/code bases: with pretrain.text_model on top)
     from rspo.models import moe_config
     from rspo.tokenizer import build_tokenizer
@@ -153,26 +165,13 @@ def shape_cache_dir() -> Path:
     return Path(base) / "model_shapes"
 
 
-def _config_file(path: str, hub_dir: str) -> Path | None:
-    """The config.json model_config reads for a hub id or a local folder (None: pretrained here)."""
-    from rspo.hub import is_hub_id, slug
-
-    if path and is_hub_id(path):
-        for f in (Path(hub_dir) / slug(path) / "config.json", CONFIG_DIR / f"{slug(path)}.json"):
-            if f.is_file():
-                return f
-    elif path and Path(path, "config.json").is_file():
-        return Path(path, "config.json")
-    return None
-
-
 def model_shape(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub") -> ModelShape:
     """The shape of the model a task's runs start from (see model_config; cached per config, and on
     disk per config.json file: see the module docstring)."""
     from importlib.metadata import version
 
     stored = None
-    f = _config_file(path, hub_dir)
+    f = config_file(path, hub_dir)
     if f is not None:
         code = Path(__file__).read_text()  # this module's formulas: a change here is another shape
         digest = hashlib.sha256(json.dumps([path, f.read_text(), version("transformers"), code]).encode()).hexdigest()

@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rspo.grid import REGIMES
+
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 VOL_MARGIN = round(math.log2(1.25), 2)  # a 25 % change of a signal's volatility
 RULE = (
@@ -481,8 +483,6 @@ def mismatch_claims(gamma_min: float) -> list[Claim]:
 
 def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files."""
-    from rspo.grid import REGIMES
-
     splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
     total = int(((plan.preset.get("rl") or {}).get("schedule") or {}).get("total_steps", 100))
     rows: list[Row] = []
@@ -522,7 +522,6 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
 
 
 def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: str | Path | None = None):
-    from rspo.grid import REGIMES
     from rspo.report.tables import Cell, Table
 
     rows = collect(plan, Path(eval_dir), Path(runs_dir), Path(bench_file) if bench_file else None)
