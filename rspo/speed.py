@@ -210,7 +210,7 @@ def bench_model(
             }
         )
         if raw is not None:
-            mbs = ours._mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
+            mbs = ours.mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
             wall, n_tok = raw.step(ours.last_batch, mbs, ours.tokenizer.pad_token_id)
             rows["raw train"].append({"update_s": wall, "update_tok_s": n_tok / wall})
         if gen is not None:

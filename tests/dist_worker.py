@@ -56,7 +56,7 @@ def probe_memory(prefix: str) -> None:
 
         setattr(trainer.Trainer, name, measured)
 
-    for name in ("load_checkpoint", "save_checkpoint", "_save_final"):
+    for name in ("load_checkpoint", "save_checkpoint", "save_final"):
         wrap(name)
 
 

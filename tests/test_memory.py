@@ -49,7 +49,7 @@ def one_update(assets, tmp_path, algo, budget):
     tr = Trainer(cfg, tmp_path / f"b{budget}", task=digit_task())
     batch, rewards, _ = tr.rollouts.rollout(0, tr.device)
     adv = group_advantages(rewards, cfg.rollout.group_size)
-    mbs = tr._mini_batches(0, 0, cfg.rollout.group_size, 4)
+    mbs = tr.mini_batches(0, 0, cfg.rollout.group_size, 4)
     tr._row_tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
     old_logp, entropy, cache = tr._old_pass(batch, mbs, mbs)
     with torch.no_grad():

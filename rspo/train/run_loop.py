@@ -56,10 +56,10 @@ def stop_for_time_limit(t, info: dict[str, Any], progress: Progress) -> dict[str
 def run(t) -> dict[str, Any]:
     cfg = t.cfg
     main = t.dist.is_main
-    run_id = t._run_id  # the checkpoint, if any, was restored when the trainer was built
+    run_id = t.resumed_run_id  # the checkpoint, if any, was restored when the trainer was built
     info = run_info(t)
-    if t._tracker_factory is not None and main:
-        t.tracker = t._tracker_factory(
+    if t.tracker_factory is not None and main:
+        t.tracker = t.tracker_factory(
             run_id=run_id,
             run_name=cfg.run_name,
             params=cfg.flat_params(),
@@ -110,7 +110,7 @@ def run(t) -> dict[str, Any]:
             t.time_limit.record_step(time.perf_counter() - t_step)
             if sc.ckpt_every and (t.step % sc.ckpt_every == 0) and t.step < sc.total_steps:
                 t.save_checkpoint()
-        t._save_final({**read_meta(cfg.model.path), "run": info})
+        t.save_final({**read_meta(cfg.model.path), "run": info})
     except BaseException as e:
         progress.close()
         if t.tracker:

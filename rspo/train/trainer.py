@@ -194,7 +194,7 @@ class Trainer:
         self.step = 0
         self.nonfinite_in_row = 0
         self.tracker = None
-        self._tracker_factory = tracker_factory
+        self.tracker_factory = tracker_factory
         self.metrics_path = self.folder.metrics_path
         self._row_tokens = torch.zeros(0, dtype=torch.long)  # tokens of each row of the step's batch
         self._host_buffers = HostBuffers(pin=self.device.type == "cuda")  # the router cache's, pinned once
@@ -204,7 +204,7 @@ class Trainer:
         # A resumed run loads its checkpoint before the engine exists: DCP's load allocates the
         # optimizer state through a zero-gradient step (parameters, gradients and Adam's moments at
         # once), which must not meet an awake engine (rspo.gpu_memory.plan, phase resume).
-        self._run_id = self._restore()
+        self.resumed_run_id = self._restore()
         with self.memory.phase("engine_start"):
             self.backend = backend_factory(self) if backend_factory else self._make_backend()
         self.rollouts.backend, self.rollouts.precision = self.backend, self.precision
@@ -483,7 +483,7 @@ class Trainer:
             scaled.backward()
             return m
 
-    def _mini_batches(self, step: int, epoch: int, G: int, n_prompts: int) -> list[torch.Tensor]:
+    def mini_batches(self, step: int, epoch: int, G: int, n_prompts: int) -> list[torch.Tensor]:
         order = random.Random(derive_seed(self.cfg.seed, step, 11, epoch)).sample(range(n_prompts), n_prompts)
         per = self.cfg.schedule.mini_batch_prompts
         mbs = []
@@ -546,7 +546,7 @@ class Trainer:
         skipped = 0
         self.model.train()
         for epoch in range(self.cfg.schedule.ppo_epochs):
-            mbs = mbs0 if epoch == 0 else self._mini_batches(self.step, epoch, G, n_prompts)
+            mbs = mbs0 if epoch == 0 else self.mini_batches(self.step, epoch, G, n_prompts)
             for j, mb in enumerate(mbs):
                 # the on-policy first mini-batch records its own old values (see _update_micro)
                 m = self._update_mini_batch(st, mb, record=self.onpolicy_shortcut and epoch == 0 and j == 0)
@@ -578,7 +578,7 @@ class Trainer:
         adv = group_advantages(rewards, G).to(self.device)
         t2 = time.perf_counter()
         n_prompts = cfg.schedule.prompts_per_step
-        mbs0 = self._mini_batches(step, 0, G, n_prompts)
+        mbs0 = self.mini_batches(step, 0, G, n_prompts)
         # the on-policy first mini-batch records its own old values in its update (see _update_micro)
         self._row_tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
         with mem.phase("old_pass"):
@@ -655,7 +655,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
 
-    def _save_final(self, meta: dict[str, Any]) -> None:
+    def save_final(self, meta: dict[str, Any]) -> None:
         """The final HF checkpoint in the preset's dtype, streamed layer by layer (rspo.train.checkpoint)."""
         dtype = getattr(torch, self.cfg.model.dtype)
         checkpoint.write_hf_checkpoint(
