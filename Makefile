@@ -10,6 +10,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PRESET ?= small
 CORES ?= all
+# Python keeps the bytecode of the repository's own modules (rspo/, tests/; pip compiles the venvs'
+# packages when it installs them), also where the environment turns that off: every job, test
+# and Snakemake process would otherwise compile rspo again (~0.5 s of CPU each, a few hundred of
+# them in `make test`). An empty value is "not set" to Python; __pycache__ is in .gitignore.
+export PYTHONDONTWRITEBYTECODE :=
 
 # vLLM's CPU build in a second venv: the vllm-marked tests run there (rspo.rollout.vllm)
 VVENV := .venv-vllm

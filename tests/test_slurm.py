@@ -91,11 +91,16 @@ def test_small_dag_through_the_cluster_profile(slurm, tmp_path):
     assert list((tmp_path / "logs" / "slurm").glob("rule_a/*"))  # slurm-logdir of the profile
 
 
+# the smallest figure of the smoke grid that still has a run with RS and one without (two train jobs;
+# fig4_plugin needs four: the slice was that figure, and its other two runs added nothing here)
+FIG = "fig6_mechanism"
+
+
 @pytest.mark.slow
 def test_smoke_slice_through_the_cluster_profile_into_a_tracking_server(slurm, tmp_path):
     """A slice of the real smoke DAG through `--profile cluster`: data -> tokenizer -> pretrain ->
-    the six plugin runs -> fig4_plugin, every job a SLURM job, all tracked in a real `mlflow
-    server` on 127.0.0.1 (MLFLOW_TRACKING_URI, as the README tells cluster users): every run of the
+    the two runs of FIG (GRPO, and GMPO with RS) -> FIG, every job a SLURM job, all tracked in a real
+    `mlflow server` on 127.0.0.1 (MLFLOW_TRACKING_URI, as the README tells cluster users): every run of the
     slice is in the server, finished, and no sqlite store was made under results/."""
     from mlflow.tracking import MlflowClient
     from mlflow_server import MlflowServer
@@ -113,7 +118,7 @@ def test_smoke_slice_through_the_cluster_profile_into_a_tracking_server(slurm, t
             "cluster",
             "--jobs",
             "2",
-            "fig4_plugin",
+            FIG,
             "--config",
             "preset=smoke",
             timeout=900,
@@ -121,24 +126,24 @@ def test_smoke_slice_through_the_cluster_profile_into_a_tracking_server(slurm, t
         )
         assert r.returncode == 0, r.stdout[-4000:]
         res = work / "results" / "smoke"
-        assert (res / "figures" / "fig4_plugin.pdf").stat().st_size > 1000
+        assert (res / "figures" / f"{FIG}.pdf").stat().st_size > 1000
         assert (res / "models" / "base" / "pretrain.json").is_file()
         assert not (res / "mlflow" / "mlflow.db").exists()  # everything went to the server
-        for rule in ("countdown_data", "tokenizer", "pretrain", "train", "fig4_plugin"):  # all were SLURM jobs
+        for rule in ("countdown_data", "tokenizer", "pretrain", "train", FIG):  # all were SLURM jobs
             assert list((work / "logs" / "slurm" / f"rule_{rule}").glob("**/*.log")), rule
         client = MlflowClient(server.uri)
         exp = client.get_experiment_by_name("rspo-smoke")
         found = {x.info.run_name: x for x in client.search_runs([exp.experiment_id], max_results=1000)}
-        runs = Plan.from_file(ROOT / "configs" / "smoke.yaml").figure_runs("fig4_plugin")
+        runs = Plan.from_file(ROOT / "configs" / "smoke.yaml").figure_runs(FIG)
         for name in [*runs, "pretrain-countdown"]:
             assert found[name].info.status == "FINISHED", name
         for name in runs:
             assert "critic/score/mean" in found[name].data.metrics, name
             assert found[name].data.tags["rspo.key"] == f"train/{name}"
         report = found["report"]
-        assert report.data.tags["runs/fig4_plugin"] == ", ".join(runs)
+        assert report.data.tags[f"runs/{FIG}"] == ", ".join(runs)
         arts = {a.path for a in client.list_artifacts(report.info.run_id, "figures")}
-        assert {"figures/fig4_plugin.png", "figures/fig4_plugin.pdf"} <= arts
+        assert {f"figures/{FIG}.png", f"figures/{FIG}.pdf"} <= arts
 
 
 TIME_LIMITED = """

@@ -215,7 +215,10 @@ def test_report_rules_run_on_fake_outputs_and_make_an_html_report(ws):
     for p in list((res / "eval").glob("*/*.json")) + [res / "bench.json"]:
         os.utime(p, (t0 + 30, t0 + 30))
 
-    targets = ["fig4_plugin", "table_countdown", "table_main", "table_efficiency"]
+    # one figure and one table (every report target is built from real outputs by the smoke DAG,
+    # tests/test_workflow_smoke.py): what this test adds is that existing upstream outputs are not
+    # re-made, and the HTML report
+    targets = ["fig4_plugin", "table_countdown"]
     r = snakemake(ws, "--cores", "2", *targets, "--config", "preset=smoke", timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     counts = job_counts(r.stdout + r.stderr)
@@ -223,10 +226,8 @@ def test_report_rules_run_on_fake_outputs_and_make_an_html_report(ws):
     for f in (
         "figures/fig4_plugin.pdf",
         "figures/fig4_plugin.png",
-        "tables/table_main.md",
-        "tables/table_main.tex",
         "tables/table_countdown.md",
-        "tables/table_efficiency.tex",
+        "tables/table_countdown.tex",
     ):
         assert (res / f).stat().st_size > 100, f
     # onstart created the preset's MLflow store in the working directory, not in the repository
