@@ -64,15 +64,17 @@ def fail_on_rank(rank: int) -> None:
     import threading
     import time
 
-    real = trainer.Trainer._update_mini_batch
+    from rspo.train import update
 
-    def failing(self, *args, **kwargs):
-        if self.dist.rank == rank and self.step == 1:
+    real = update.update_mini_batch
+
+    def failing(t, *args, **kwargs):
+        if t.dist.rank == rank and t.step == 1:
             threading.Thread(target=time.sleep, args=(600,)).start()
             raise ValueError("reward worker crashed (test)")
-        return real(self, *args, **kwargs)
+        return real(t, *args, **kwargs)
 
-    trainer.Trainer._update_mini_batch = failing
+    update.update_mini_batch = failing
 
 
 if __name__ == "__main__":

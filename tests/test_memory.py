@@ -16,7 +16,7 @@ from rspo.losses import group_advantages
 from rspo.router import RoutingMode
 from rspo.train.memory import RowCache, merge_micro_metrics, pack_micro_batches, row_tokens
 from rspo.train.trainer import Trainer
-from rspo.train.update import StepTensors
+from rspo.train.update import StepTensors, update_mini_batch
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,9 @@ def one_update(assets, tmp_path, algo, budget):
 
     tr.optimizer.step = captured_step
     tr.model.train()
-    metrics = tr._update_mini_batch(StepTensors(batch, adv, old_logp, entropy, cache), mbs[0], record=False)
+    metrics = update_mini_batch(tr, StepTensors(batch, adv, old_logp, entropy, cache), mbs[0], record=False)
     means = merge_micro_metrics(metrics, cfg.algorithm.algo)
-    return grads, means, len(tr._micro_batches(mbs[0]))
+    return grads, means, len(tr.micro_batches(mbs[0]))
 
 
 @pytest.mark.parametrize("algo", CASES, ids=lambda a: "-".join(f"{v}" for v in a.values()))
@@ -101,7 +101,7 @@ def test_ranks_run_as_many_forwards_as_the_rank_with_most_micro_batches(assets, 
     counts = {}
     for rank in (0, 1):
         tr.dist = Dist(rank=rank, world_size=2)
-        mbs = tr._micro_batches(mb)
+        mbs = tr.micro_batches(mb)
         counts[rank] = (len(mbs), sum(m is None for m in mbs))
         assert sorted(torch.cat([m for m in mbs if m is not None]).tolist()) == mb[rank * 4 : rank * 4 + 4].tolist()
     assert counts == {0: (4, 0), 1: (4, 3)}

@@ -12,8 +12,9 @@ One run = one resolved ``TrainConfig`` = one run folder = one MLflow run. Per ro
 4. Split the step's prompts into mini-batches of ``mini_batch_prompts`` (groups stay together;
    order seeded by (seed, step, epoch)); for each: forward under the routing mode with router
    capture, gamma from the cache, ``compute_policy_loss``, backward (micro-batches accumulate),
-   clip the grad norm, optimiser step. The first mini-batch of a step is on-policy (theta ==
-   theta_old, gamma == 1, every ratio 1); the later ones are off-policy, which is where RS acts.
+   clip the grad norm, optimiser step (the loop: rspo.train.update.update_step). The first
+   mini-batch of a step is on-policy (theta == theta_old, gamma == 1, every ratio 1); the later ones
+   are off-policy, which is where RS acts.
 5. Validation, checkpoint, logging.
 
 The old pass runs on exactly the same micro-batches (rows and order) as the first epoch's
@@ -59,7 +60,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +68,11 @@ import torch
 from rspo.config import TrainConfig, check_world_size
 from rspo.distributed import (
     Dist,
-    full_tensor,
     init_distributed,
     rank_device,
 )
-from rspo.gpu_memory.phases import PhaseMemory, measure_for, return_cached_blocks
-from rspo.losses import NonFiniteLogProbError, group_advantages, masked_mean, mismatch_metrics
+from rspo.gpu_memory.phases import PhaseMemory, measure_for
+from rspo.losses import group_advantages, masked_mean, mismatch_metrics
 from rspo.models import load_tokenizer_checked, read_meta, resolve_device, set_threads
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.colocate import check_tensor_parallel
@@ -88,7 +87,6 @@ from rspo.train.memory import (
     HostBuffers,
     RowCache,
     enable_activation_checkpointing,
-    merge_micro_metrics,
     pack_micro_batches,
     row_tokens,
 )
@@ -97,7 +95,7 @@ from rspo.train.precision import Precision, load_and_shard
 from rspo.train.rollouts import Rollouts
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
 from rspo.train.time_limit import TimeLimit
-from rspo.train.update import StepTensors, micro_batch_loss
+from rspo.train.update import StepTensors, TooManyNonFinite, update_step
 
 __all__ = ["RunFolderMismatch", "TooManyNonFinite", "Trainer"]
 
@@ -113,10 +111,6 @@ def _stochastic(model: torch.nn.Module) -> bool:
     ):
         return True
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
-
-
-class TooManyNonFinite(RuntimeError):
-    pass
 
 
 class Trainer:
@@ -285,7 +279,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
 
-    def _local_rows(self, mb: torch.Tensor) -> torch.Tensor:
+    def local_rows(self, mb: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous share of a mini-batch's rows (all of them in one process)."""
         lo, hi = self.dist.shard_bounds(len(mb))
         return mb[lo:hi]
@@ -297,18 +291,18 @@ class Trainer:
         size = sc.micro_batch_size or len(rows)
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
-    def _micro_batches(self, mb: torch.Tensor) -> list[torch.Tensor | None]:
+    def micro_batches(self, mb: torch.Tensor) -> list[torch.Tensor | None]:
         """This rank's micro-batches of mini-batch ``mb`` (its contiguous share of the rows, in
         micro_batch_size rows or packed under the token budget). Under torchrun with a token budget
         the ranks' counts differ: padded with None (an empty forward) to the largest count."""
-        mine: list[torch.Tensor | None] = list(self._split(self._local_rows(mb)))
+        mine: list[torch.Tensor | None] = list(self._split(self.local_rows(mb)))
         if self.dist.enabled and self.cfg.schedule.max_tokens_per_micro_batch:
             per = len(mb) // self.dist.world_size  # every rank holds the whole batch: no collective needed
             most = max(len(self._split(mb[r * per : (r + 1) * per])) for r in range(self.dist.world_size))
             mine += [None] * (most - len(mine))
         return mine
 
-    def _forward(
+    def forward(
         self,
         batch: RolloutBatch,
         rows: torch.Tensor,
@@ -346,7 +340,7 @@ class Trainer:
             return None
         B, T = batch.input_ids.shape
         local = self.dist.enabled and self.cfg.schedule.ppo_epochs == 1
-        rows = torch.cat([self._local_rows(mb) for mb in mbs]).sort().values if local else torch.arange(B)
+        rows = torch.cat([self.local_rows(mb) for mb in mbs]).sort().values if local else torch.arange(B)
         return RowCache.zeros(
             rows,
             B,
@@ -364,8 +358,8 @@ class Trainer:
         """Old log-probs, entropy and router cache on the same micro-batches the updates use.
 
         Rows of mini-batches not in ``order`` (the on-policy first mini-batch, when the update
-        records its own old values) stay zero until ``_update_micro`` fills them; ``mbs``: all of
-        the step's mini-batches (the rows the cache must hold).
+        records its own old values) stay zero until its update (rspo.train.update) fills them;
+        ``mbs``: all of the step's mini-batches (the rows the cache must hold).
         """
         B, T = batch.input_ids.shape
         P = batch.prompt_width
@@ -376,17 +370,15 @@ class Trainer:
         engine = self._engine_routing(batch) if self.routing is RoutingMode.ROLLOUT_REPLAY else None
         self.model.eval()
         for mb in order:
-            for rows in self._micro_batches(mb):
+            for rows in self.micro_batches(mb):
                 if rows is None:  # another rank has more micro-batches: join its collectives
-                    with self._forward(
-                        batch, self._local_rows(mb)[:1], with_entropy=False, capture=False, update=False
-                    ):
+                    with self.forward(batch, self.local_rows(mb)[:1], with_entropy=False, capture=False, update=False):
                         continue
-                with self._forward(
+                with self.forward(
                     batch, rows, with_entropy=True, capture=cache is not None, update=False, cache=engine
                 ) as (out, (lo, hi)):
                     if cache is not None:
-                        self._record_cache(cache, rows, out, lo, hi, T)
+                        self.record_cache(cache, rows, out, lo, hi, T)
                     old_logp[rows, : hi - P] = out.logp
                     entropy[rows, : hi - P] = out.entropy
         if self.dist.enabled:  # each row was computed by one rank and is zero elsewhere: sums are exact
@@ -428,7 +420,7 @@ class Trainer:
             out["rollout_corr/routing_agreement"] = agree / max(total, 1)
         return out
 
-    def _record_cache(self, cache: RowCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
+    def record_cache(self, cache: RowCache, rows: torch.Tensor, out, lo: int, hi: int, T: int) -> None:
         """The old router cache of ``rows`` from a forward's detached router logits and experts."""
         part = OldRouterCache.from_logits(
             [lg.detach() for lg in out.router_logits],
@@ -439,50 +431,6 @@ class Trainer:
         )
         cache.assign(rows, part.pad_columns(lo, T))
 
-    def _update_micro(
-        self, st: StepTensors, rows: torch.Tensor, n_valid_mb: int, *, record: bool = False, empty: bool = False
-    ) -> dict[str, float]:
-        """Forward, loss (rspo.train.update.micro_batch_loss) and backward of one micro-batch, backward
-        inside routing_control so a gradient-checkpointing recomputation routes the same way.
-
-        ``record`` (the on-policy first mini-batch, whose old pass was skipped): the forward's own
-        detached log-probs, entropy and router cache are recorded as the old values of these rows before
-        the loss: theta == theta_old, so they are what the old pass computes. ``empty``: a stand-in
-        micro-batch of a rank with fewer micro-batches than another; its loss counts zero responses.
-        """
-        a = self.cfg.algorithm
-        with self._forward(
-            st.batch,
-            rows,
-            with_entropy=a.entropy_coef > 0 or record,
-            capture=a.router_aux_loss_coef > 0 or st.cache is not None,
-            update=True,
-            cache=None if record else st.cache,
-        ) as (out, (lo, hi)):
-            r = hi - st.batch.prompt_width
-            if record:
-                st.old_logp[rows, :r] = out.logp.detach()
-                st.entropy[rows, :r] = out.entropy.detach()
-                if st.cache is not None:
-                    self._record_cache(st.cache, rows, out, lo, hi, st.batch.input_ids.shape[1])
-            err = None
-            try:
-                loss, m = micro_batch_loss(a, self.spec.top_k, st, rows, out, lo, hi)
-            except NonFiniteLogProbError as e:
-                err, loss, m = str(e), None, {}
-            # every rank must take the same branch: backward is a collective under FSDP
-            if self.dist.any(err is not None):
-                raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
-            mask = st.batch.response_mask[rows, :r]
-            n_valid = 0 if empty else int(mask.bool().any(dim=1).sum())  # an empty micro-batch adds nothing
-            # share of the global mini-batch; x world size because FSDP averages gradients over ranks
-            scaled = loss * (n_valid * self.dist.world_size / n_valid_mb)
-            bad = not bool(torch.isfinite(scaled))
-            if self.dist.any(bad):
-                raise NonFiniteLogProbError(f"loss is {scaled.item()}" if bad else "non-finite loss on another rank")
-            scaled.backward()
-            return m
-
     def mini_batches(self, step: int, epoch: int, G: int, n_prompts: int) -> list[torch.Tensor]:
         order = random.Random(derive_seed(self.cfg.seed, step, 11, epoch)).sample(range(n_prompts), n_prompts)
         per = self.cfg.schedule.mini_batch_prompts
@@ -491,79 +439,6 @@ class Trainer:
             prompts = torch.tensor(order[i : i + per])
             mbs.append((prompts[:, None] * G + torch.arange(G)[None, :]).reshape(-1))  # rows of those groups
         return mbs
-
-    def _update_mini_batch(self, st: StepTensors, mb: torch.Tensor, *, record: bool) -> dict[str, list] | None:
-        """One optimiser update on mini-batch ``mb`` (its micro-batches accumulate); -> its metrics
-        (every rank's micro-batch values), or None when the update was skipped for non-finite values.
-        ``record``: the on-policy first mini-batch records its own old values (see _update_micro)."""
-        cfg = self.cfg
-        self.optimizer.zero_grad(set_to_none=True)
-        mask = st.batch.response_mask
-        n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
-        metrics: dict[str, list[tuple[float, int, int]]] = defaultdict(list)  # (value, responses, tokens) per micro
-        try:
-            with self.memory.phase("update"):
-                for rows in self._micro_batches(mb):
-                    if rows is None:  # another rank has more micro-batches: a forward and backward adding nothing
-                        self._update_micro(st, self._local_rows(mb)[:1], n_valid_mb, empty=True)
-                        continue
-                    w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
-                    for k, v in self._update_micro(st, rows, n_valid_mb, record=record).items():
-                        metrics[k].append((v, *w))
-            with self.memory.phase("optimizer_step"):
-                params = [p for p in self.model.parameters() if p.grad is not None and p.numel()]
-                grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
-            if not torch.isfinite(grad_norm):
-                raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
-        except NonFiniteLogProbError as e:
-            self.nonfinite_in_row += 1
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.nonfinite_in_row >= cfg.optim.max_nonfinite_in_row:
-                raise TooManyNonFinite(
-                    f"step {self.step}: {self.nonfinite_in_row} updates in a row skipped for non-finite values "
-                    f"(last: {e}); stopping (optim.max_nonfinite_in_row={cfg.optim.max_nonfinite_in_row})"
-                ) from e
-            return None
-        self.nonfinite_in_row = 0
-        with self.memory.phase("optimizer_step"):
-            self.optimizer.step()
-        self.scheduler.step()
-        if self.dist.enabled:  # the micro-batch values of every rank, in rank order
-            merged: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
-            for part in self.dist.all_gather_object(dict(metrics)):
-                for k, v in part.items():
-                    merged[k] += v
-            metrics = merged
-        metrics["actor/grad_norm"].append((float(grad_norm), 1, 1))
-        return metrics
-
-    def _updates(self, st: StepTensors, mbs0: list[torch.Tensor], n_prompts: int):
-        """The step's ppo_epochs x mini-batch updates. -> (metrics averaged over updates, the
-        first (on-policy) mini-batch's metrics, number of skipped updates)"""
-        G = self.cfg.rollout.group_size
-        sums: dict[str, list[float]] = defaultdict(list)
-        first_mb: dict[str, float] = {}
-        skipped = 0
-        self.model.train()
-        for epoch in range(self.cfg.schedule.ppo_epochs):
-            mbs = mbs0 if epoch == 0 else self.mini_batches(self.step, epoch, G, n_prompts)
-            for j, mb in enumerate(mbs):
-                # the on-policy first mini-batch records its own old values (see _update_micro)
-                m = self._update_mini_batch(st, mb, record=self.onpolicy_shortcut and epoch == 0 and j == 0)
-                if m is None:
-                    skipped += 1
-                    continue
-                means = merge_micro_metrics(m, self.cfg.algorithm.algo)
-                for k, v in means.items():
-                    sums[k].append(v)
-                if epoch == 0 and j == 0:
-                    first_mb = means
-        # the gradients go before anything of the engine wakes (rspo.rollout.colocate): at the paper's
-        # sizes they are 4 bytes per parameter / ranks, as much as the fp32 weights themselves
-        self.optimizer.zero_grad(set_to_none=True)
-        return_cached_blocks(self.device)  # and the activations' cached blocks with them
-        self.model.eval()
-        return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
 
     def train_step(self) -> dict[str, float]:
         """One rollout step, its phases in order (rspo.gpu_memory.phases): rollout and rewards (then the
@@ -579,13 +454,13 @@ class Trainer:
         t2 = time.perf_counter()
         n_prompts = cfg.schedule.prompts_per_step
         mbs0 = self.mini_batches(step, 0, G, n_prompts)
-        # the on-policy first mini-batch records its own old values in its update (see _update_micro)
+        # the on-policy first mini-batch records its own old values in its update (rspo.train.update)
         self._row_tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
         with mem.phase("old_pass"):
             old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0, mbs0)
         t3 = time.perf_counter()
         st = StepTensors(batch, adv, old_logp, entropy, cache)
-        metrics, first_mb, skipped = self._updates(st, mbs0, n_prompts)
+        metrics, first_mb, skipped = update_step(self, st, mbs0, n_prompts)
         t4 = time.perf_counter()
         with mem.phase("sync"):  # the engine's weights wake, the training model streams into them
             self.backend.sync_weights(self.model)
