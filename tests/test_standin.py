@@ -120,12 +120,12 @@ def test_a_step_releases_the_gradients_before_the_engine_wakes_and_a_resume_read
     assets, tmp_path, monkeypatch
 ):
     import rspo.train.checkpoint as checkpoint
-    import rspo.train.trainer as trainer_module
+    import rspo.train.update as update_module  # the update loop releases the gradients and the cache
 
     events: list = []
     real_load = checkpoint.load
     monkeypatch.setattr(
-        trainer_module,
+        update_module,
         "return_cached_blocks",
         lambda device: events.append(("cache returned", sum(p.grad is not None for p in tr.model.parameters()))),
     )
