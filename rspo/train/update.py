@@ -156,12 +156,9 @@ def update_mini_batch(t, st: StepTensors, mb: torch.Tensor, *, record: bool) -> 
     try:
         with t.memory.phase("update"):
             for rows in t.micro_batches(mb):
-                empty = rows is None
-                if empty:
-                    rows = t.local_rows(mb)[:1]
-                    rec = False
-                else:
-                    rec = record
+                empty = rows is None  # another rank has more micro-batches: one row, counted as none
+                rows = t.local_rows(mb)[:1] if empty else rows
+                rec = record and not empty
                 with t.forward(
                     st.batch,
                     rows,
