@@ -316,6 +316,7 @@ def test_one_gpu_stack_the_extra_the_env_and_the_vllm_test_venv_pin_alike():
     extra = pins(project["optional-dependencies"]["gpu"] + project["dependencies"])
     env = pins(_pip_lines(ROOT / "envs" / "gpu.yaml"))
     make = ROOT.joinpath("Makefile").read_text()
-    venv = pins(w for line in make.splitlines() if line.strip().startswith("$(VBIN)/pip install") for w in line.split())
+    vlines = [line for line in make.splitlines() if line.strip().startswith("$(VBIN)/$(PIP_INSTALL)")]
+    venv = pins(w for line in vlines for w in line.split())
     assert set(extra) == set(env) == set(venv) == {"vllm", "torch", "transformers"}
     assert extra == env == venv, (extra, env, venv)
