@@ -25,7 +25,10 @@ the process group's timeout, if the failing process did not exit (a thread that 
 keeps a Python process alive after its main thread raised). Under torchrun the failing rank
 therefore writes one line naming itself, the step and the error, records the error where
 torchrun's summary finds it (its "Root Cause" then shows the message), and leaves at once
-(``os._exit(1)``); torchrun then stops the other ranks within seconds.
+(``os._exit(1)``); torchrun then stops the other ranks within seconds. Each of them says so too,
+whichever comes first: its next collective breaks ("a collective failed"), or torchrun's SIGTERM
+arrives while it computes ("terminated"; under load torchrun can be the faster, and a rank stopped
+that way said nothing before).
 """
 
 from __future__ import annotations
@@ -289,6 +292,12 @@ def _peer_failure(e: BaseException) -> bool:
     )
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived in a torchrun rank inside ``fail_together`` (torchrun stopping the ranks). A
+    BaseException, as KeyboardInterrupt: no ``except Exception`` on the way (a tracking call's
+    retries) holds it up."""
+
+
 @contextlib.contextmanager
 def fail_together(
     d: Dist, label: str, where: Callable[[], str] = lambda: "", peer_grace_s: float = 10.0
@@ -298,15 +307,37 @@ def fail_together(
 
     A rank whose collective broke because another rank exited says so and waits up to
     ``peer_grace_s`` for torchrun to stop it, without recording an error: torchrun's summary then
-    names the rank that failed first as the root cause."""
+    names the rank that failed first as the root cause. A rank that torchrun terminates (SIGTERM)
+    says so and exits at once, also without recording an error."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # set outside Python: what stands is the default
+        previous = signal.SIG_DFL
+    if d.enabled:
+
+        def on_sigterm(signum, frame):
+            raise Terminated("SIGTERM")
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+    head = f"[{label}] rank {d.rank} of {d.world_size}"
     try:
         yield
+    except Terminated:
+        at = where()
+        print(
+            f"{head} stopped{' ' + at if at else ''}: terminated (SIGTERM: torchrun stops every rank when one "
+            "fails, see its line; or the job was cancelled)",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
     except Exception as e:
         if not d.enabled:
             raise
         at = where()
-        head = f"[{label}] rank {d.rank} of {d.world_size}"
         if _peer_failure(e):
+            signal.signal(signal.SIGTERM, previous)  # torchrun's SIGTERM now ends the wait below
             print(
                 f"{head} stopped{' ' + at if at else ''}: a collective failed ({type(e).__name__}): "
                 "another rank failed first, see its line",
@@ -325,3 +356,6 @@ def fail_together(
             ErrorHandler().record_exception(e)
         sys.stdout.flush()
         os._exit(1)
+    finally:
+        if d.enabled:
+            signal.signal(signal.SIGTERM, previous)

@@ -106,9 +106,37 @@ def test_an_error_on_one_rank_stops_every_rank_within_seconds_naming_it(assets, 
     assert elapsed < 60, elapsed  # measured: 6 s (model set-up and one step included)
     log = proc.stdout + proc.stderr
     assert "[rspo train] rank 1 of 2 failed at step 1: ValueError: reward worker crashed (test)" in log
-    assert "[rspo train] rank 0 of 2 stopped at step 1: a collective failed" in log
+    # rank 0 says why it stopped: its next collective broke, or torchrun's SIGTERM came first (under load)
+    assert re.search(r"\[rspo train\] rank 0 of 2 stopped at step 1: (a collective failed|terminated)", log), log
     root = log[log.index("Root Cause") :]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)", root) and "reward worker crashed (test)" in root, root
+
+
+def test_a_rank_that_torchrun_terminates_says_so_and_an_error_in_one_process_propagates():
+    """torchrun stops the other ranks with SIGTERM when one fails; a rank that gets it while it
+    computes (before its next collective breaks) names itself and the step and exits 1 at once. In
+    one process fail_together changes nothing: the error propagates, SIGTERM keeps its handler."""
+    import signal
+    import subprocess
+    import sys
+
+    from rspo.distributed import fail_together
+
+    code = (
+        "import os, signal, time\n"
+        "from rspo.distributed import Dist, fail_together\n"
+        "with fail_together(Dist(rank=0, world_size=2), 'rspo train', lambda: 'at step 3'):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "[rspo train] rank 0 of 2 stopped at step 3: terminated (SIGTERM" in r.stderr, r.stderr
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyError), fail_together(Dist(), "rspo train"):
+        assert signal.getsignal(signal.SIGTERM) is before
+        raise KeyError("x")
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(assets):
