@@ -3,8 +3,10 @@ model; vllm: a colocated vLLM engine, GPU extra or vLLM's CPU build, see ``rspo.
 
 A backend turns prompts into a ``RolloutBatch``: token ids laid out as LEFT-padded prompts of
 width P followed by RIGHT-padded responses of width R, plus the response mask (tokens up to and
-including the first stop token). The trainer recomputes old log-probs with the training model on
-this layout (the rollout engine's own log-probs are never used, as in the paper).
+including the first stop token), with each sampled token's log-prob under the engine. The trainer
+recomputes the old log-probs with the training model on this layout, as in the paper; the engine's
+log-probs serve only the train-inference mismatch metrics and the rollout corrections (TIS, MIS:
+rspo.losses), never as the old policy.
 """
 
 from __future__ import annotations
