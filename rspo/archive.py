@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rspo.preset import Preset
+
 FORMAT = "rspo-run-archive"
 VERSION = 1
 MANIFEST = "archive.json"
@@ -197,7 +199,7 @@ def read_manifest(archive: str | Path, preset: dict[str, Any] | None = None) -> 
         if key not in m:
             raise ArchiveError(f"{path}: manifest has no {key!r}")
     if preset is not None:
-        name = str(preset.get("preset", ""))
+        name = Preset(preset).name
         if m["preset"] != name:
             raise ArchiveError(f"{archive} is an archive of preset {m['preset']!r}, not of {name!r}")
         digest = preset_digest(preset, "report")

@@ -40,17 +40,17 @@ PHASES = ("perf/rollout_s", "perf/reward_s", "perf/old_pass_s", "perf/update_s",
 
 
 def prepare_inputs(preset_path: str, model: str | None, data: str | None, work: Path, threads: int):
-    from rspo.config import load_preset
     from rspo.data.countdown import CountdownConfig, generate
     from rspo.models import build_model, save_checkpoint
+    from rspo.preset import Preset
     from rspo.tokenizer import build_tokenizer, tokenizer_fingerprint
 
-    preset = load_preset(preset_path)
-    name = str(preset.get("preset", Path(preset_path).stem))
+    spec = Preset.load(preset_path)
+    preset, name = spec.data, spec.name
     root = Path(__file__).resolve().parents[1] / "results" / name
     data_dir = Path(data) if data else root / "data" / "countdown"
     if not (data_dir / "train.jsonl").is_file():
-        cd = dict(preset.get("countdown") or {})
+        cd = dict(spec.countdown() or {})
         cd.update(train_size=2000, val_size=10, val_target_size=10)
         data_dir = work / "data"
         generate(CountdownConfig(**cd), data_dir)
@@ -58,7 +58,7 @@ def prepare_inputs(preset_path: str, model: str | None, data: str | None, work: 
     source = "pretrained"
     if not (model_dir / "config.json").is_file():
         tok = build_tokenizer()
-        m = build_model((preset.get("pretrain") or {}).get("model") or {}, tok, seed=0)
+        m = build_model(spec.pretraining().get("model") or {}, tok, seed=0)
         model_dir = work / "model"
         save_checkpoint(m, tok, model_dir, meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
         source = "random-init (no pretrained base found)"

@@ -12,13 +12,13 @@ It imports nothing heavy (no torch): ``snakemake -n`` stays fast.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
 from rspo.config import TASKS, TrainConfig
 from rspo.method import ALGOS, DEFAULT_GAMMA_MIN, ROUTING_MODES, ConfigError, check_gamma_min
+from rspo.preset import Preset
 
 
 def _err(key: str, msg: str) -> ConfigError:
@@ -75,7 +75,7 @@ REGIMES: dict[str, str] = {
 GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
 
 
-def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """Grid families -> {run name: algorithm overrides (+ seed)}.
 
     Returns {family: {name: {"algorithm": {...}, "seed": s}}}; the same name in several
@@ -85,16 +85,16 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
     in `grid.main.tasks`, the methods in `grid.main.methods` such as "gmpo+rs"; the run config is
     `rl` overlaid with the preset's `tasks.<task>` mapping, and the run name starts with the task).
     """
-    grid = preset.get("grid") or {}
+    grid = preset.grid()
     if not isinstance(grid, dict):
         raise _err("grid", "expected a mapping")
     unknown = sorted(set(grid) - GRID_KEYS)
     if unknown:
         raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_KEYS)}")
-    seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
+    seeds = preset.seeds if seeds is None else list(seeds)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    default_gamma = float((preset.get("rl") or {}).get("algorithm", {}).get("gamma_min", DEFAULT_GAMMA_MIN))
+    default_gamma = float((preset.rl_section().get("algorithm") or {}).get("gamma_min", DEFAULT_GAMMA_MIN))
 
     def spec(
         algo: str,
@@ -167,11 +167,11 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
                 fam[name] = ov
         families["routing"] = fam
     for regime in REGIMES:
-        if regime in preset:
+        if preset.has(regime):
             families.update(regime_families(preset, families, regime, seeds))
     if "main" in grid:
         g = grid["main"] or {}
-        tasks = preset.get("tasks") or {}
+        tasks = preset.task_overlays
         fam = {}
         for task in g.get("tasks", []):
             if task not in TASKS or task not in tasks:
@@ -188,13 +188,13 @@ def expand_grid(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[
 
 
 def regime_families(
-    preset: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]], regime: str, seeds: list[int]
+    preset: Preset, families: dict[str, dict[str, dict[str, Any]]], regime: str, seeds: list[int]
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """A regime (REGIMES): the Countdown families named in ``<regime>.families``, again, with the
     ``<regime>.rl`` overlay (a router learning-rate multiplier, an engine precision) and run names
     prefixed ``<regime>-``; an optional ``<regime>.grid`` overlays those families' grid settings
     (e.g. other routing modes). Family ``<regime>_<name>``; the mechanism pair follows plugin."""
-    st = preset.get(regime)
+    st = preset.section(regime)
     if not isinstance(st, dict):
         raise _err(regime, "expected a mapping with `rl` (an overlay of the rl section) and `families`")
     unknown = sorted(set(st) - {"rl", "families", "grid", "note"})
@@ -204,13 +204,12 @@ def regime_families(
         raise _err(f"{regime}.rl", "expected a non-empty overlay of the rl section")
     source = families
     if st.get("grid"):
-        grid = json.loads(json.dumps(preset.get("grid") or {}))
+        grid = preset.grid()
         for fam, over in st["grid"].items():
             if fam not in grid or fam == "main" or not isinstance(over, dict):
                 raise _err(f"{regime}.grid.{fam}", f"expected a mapping overlaying grid.{fam} of this preset")
             grid[fam] = {**(grid[fam] or {}), **over}
-        plain = {k: v for k, v in preset.items() if k not in REGIMES}
-        source = expand_grid({**plain, "grid": grid}, seeds)
+        source = expand_grid(preset.with_grid(grid, drop=tuple(REGIMES)), seeds)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for fam in list(st.get("families") or []):
         if fam not in source or fam in ("main", "mechanism"):
@@ -230,7 +229,7 @@ def base_family(family: str) -> str:
     return rest if regime in REGIMES and rest else family
 
 
-def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
+def all_runs(preset: Preset, seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
     """Every distinct run of the grid, name -> overrides."""
     runs: dict[str, dict[str, Any]] = {}
     for fam in expand_grid(preset, seeds).values():
@@ -238,34 +237,24 @@ def all_runs(preset: dict[str, Any], seeds: list[int] | None = None) -> dict[str
     return runs
 
 
-def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _deep_update(base[k], v)
-        else:
-            base[k] = v
-
-
 def load_train_config(
     preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None, seed: int | None = None
 ) -> TrainConfig:
     """Resolve one RL run: preset `rl:` + the named grid run's overrides + `key=value` overrides."""
-    preset = rcfg.load_preset(preset_path)
-    rl = json.loads(json.dumps(preset.get("rl") or {}))  # deep copy
-    run_seed = int(preset.get("seeds", [0])[0]) if seed is None else seed
+    spec = Preset.load(preset_path)
+    rl = spec.rl_section()
+    run_seed = int(spec.seeds[0]) if seed is None else seed
     name = run or ""
     if run:
-        runs = all_runs(preset)
+        runs = all_runs(spec)
         seed_suffix = run.rsplit("-s", 1)[-1]
         if run not in runs and seed_suffix.isdigit():  # a seed given with --config seeds=[...]
-            runs = all_runs(preset, seeds=[int(seed_suffix)])
+            runs = all_runs(spec, seeds=[int(seed_suffix)])
         if run not in runs:
             raise _err("run", f"{run!r} is not in the preset's grid; known runs: {sorted(runs)}")
         ov = runs[run]
-        if "task" in ov:
-            _deep_update(rl, json.loads(json.dumps((preset.get("tasks") or {})[ov["task"]])))
-        if ov.get("regime") in REGIMES:
-            _deep_update(rl, json.loads(json.dumps(preset[ov["regime"]]["rl"])))
+        regime = ov.get("regime") if ov.get("regime") in REGIMES else None
+        rl = spec.rl_section(ov.get("task"), regime)
         rl.setdefault("algorithm", {}).update(ov["algorithm"])
         run_seed = ov["seed"]
     for text in overrides or []:
@@ -274,8 +263,7 @@ def load_train_config(
             run_seed = int(value)
             continue
         rcfg.set_by_path(rl, key.removeprefix("rl."), value)
-    preset_name = str(preset.get("preset", Path(preset_path).stem))
-    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=preset_name, run_name=name)
+    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=spec.name, run_name=name)
     if not name:
         a = cfg.algorithm
         cfg = dataclasses.replace(

@@ -71,12 +71,12 @@ def find_preset(preset_arg: str) -> Path:
 def _preset_store(preset_arg: str, uri: str = "", shipped: bool = False) -> tuple[str, str, str]:
     """(preset name, experiment, tracking URI) of ``--preset`` (a path, or a name in configs/);
     ``shipped``: the store and experiment of its shipped run archive (`make figures`), not the user's."""
-    from rspo.config import load_preset
+    from rspo.preset import Preset
 
     path = find_preset(preset_arg)
-    preset = load_preset(path)
-    name = str(preset.get("preset", path.stem))
-    experiment = experiment_name(preset, name)
+    preset = Preset.load(path)
+    name = preset.name
+    experiment = experiment_name(preset)
     if shipped:
         experiment = experiment.removesuffix(SHIPPED_SUFFIX) + SHIPPED_SUFFIX
         return name, experiment, uri or default_tracking_uri(name, shipped_results(name))

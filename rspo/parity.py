@@ -156,19 +156,19 @@ def run_parity(
     import torch
     from trl import GRPOTrainer
 
-    from rspo.config import load_preset
     from rspo.evaluate.cli import evaluate_countdown
     from rspo.grid import load_train_config
     from rspo.jsonl import write_json_atomic
     from rspo.models import load_model, load_tokenizer_checked, save_checkpoint, set_threads
+    from rspo.preset import Preset
 
     set_threads(threads)
-    preset = load_preset(preset_path)
+    preset = Preset.load(preset_path)
     run_sets = [*RUN_OVERRIDES[trainer], *overrides]
     cfg = load_train_config(preset_path, None, [f"model.path={json.dumps(base)}", *run_sets])
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = dict((preset.get("eval") or {}).get("countdown") or {})
+    settings = preset.evaluation("countdown")
     fmt = cfg.data.prompt_format
     t0 = time.time()
     base_eval = evaluate_countdown(base, data, settings, fmt)
@@ -208,7 +208,7 @@ def run_parity(
     summary = {
         "trainer": TRAINERS[trainer],
         "trl_version": __import__("trl").__version__,
-        "preset": str(preset.get("preset")),
+        "preset": preset.name,
         "seed": seed,
         "generations": cfg.schedule.total_steps,
         "base_accuracy": {s: r["accuracy"] for s, r in base_eval["splits"].items()},

@@ -43,6 +43,7 @@ from rspo import config as rcfg
 from rspo.config import TASKS, removed_reason
 from rspo.grid import CORRECTION_NAMES, REGIMES, all_runs, base_family, expand_grid, load_train_config
 from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
+from rspo.preset import Preset
 
 # ----------------------------------------------------------------------------- targets
 
@@ -227,17 +228,18 @@ class Plan:
         in their place: grid family names (``plugin``: in every regime) or a regime's family
         (``mismatch_routing``: only there)."""
         self.preset = preset
-        self.name = str(preset.get("preset", ""))
-        self.seeds = list(preset.get("seeds", [0]) if seeds is None else seeds)
+        self.spec = Preset(preset)
+        self.name = self.spec.name if self.spec.has("preset") else ""
+        self.seeds = self.spec.seeds if seeds is None else list(seeds)
         self.full = full
         self.selection = list(families) if families else None
-        expanded = expand_grid(preset, self.seeds)
+        expanded = expand_grid(self.spec, self.seeds)
         if self.selection:
             known = sorted(set(expanded) | {base_family(k) for k in expanded})
             for fam in self.selection:
                 if fam not in known:
                     raise ConfigError(f"families: {fam!r} is not a grid family of this preset; choose from {known}")
-        default = self.selection or preset.get("default_families")
+        default = self.selection or self.spec.default_families
         families = expanded
         if default is not None and not full:
             # the default target: the named families in each regime (the mechanism pair follows
@@ -245,8 +247,8 @@ class Plan:
             keep = set(default) | {k.removesuffix("plugin") + "mechanism" for k in default if k.endswith("plugin")}
             families = {k: v for k, v in families.items() if k in keep or base_family(k) in keep or k == "main"}
         self.families = families
-        rl = preset.get("rl") or {}
-        self.default_task = str((rl.get("data") or {}).get("task", "countdown"))
+        rl = self.spec.rl_section()
+        self.default_task = str((rl.get("data") or {}).get("task", rcfg.DataConfig.task))
         self.default_gamma = float((rl.get("algorithm") or {}).get("gamma_min", DEFAULT_GAMMA_MIN))
         self.runs: dict[str, Run] = {}
         for fam in self.families.values():
@@ -298,7 +300,7 @@ class Plan:
     def main_tasks(self) -> list[str]:
         if "main" not in self.families:
             return []
-        return list(((self.preset.get("grid") or {}).get("main") or {}).get("tasks", []))
+        return list((self.spec.grid().get("main") or {}).get("tasks", []))
 
     def label(self, run: str) -> str:
         return method_label(self.runs[run], self.default_gamma)
@@ -363,9 +365,9 @@ class Plan:
         if target in FIGURES:
             return bool(self.figure_runs(target))
         if target == "table_efficiency":
-            return bool(self.preset.get("pretrain"))
+            return self.spec.pretrains
         if target == "table_claims":
-            return bool(self.table_runs(target)) and bool(self.preset.get("pretrain"))
+            return bool(self.table_runs(target)) and self.spec.pretrains
         return bool(self.table_runs(target))
 
     def targets(self) -> list[str]:
@@ -377,12 +379,8 @@ class Plan:
         """The hub id (or absolute folder) a task's runs start from; '' if pretrained here.
 
         Main-family runs are `rl` overlaid with `tasks.<task>` (load_train_config)."""
-        overlay = ((self.preset.get("tasks") or {}).get(task) or {}) if task in self.main_tasks else {}
-        path = (
-            (overlay.get("model") or {}).get("path")
-            or ((self.preset.get("rl") or {}).get("model") or {}).get("path")
-            or ""
-        )
+        overlay = (self.spec.task_overlays.get(task) or {}) if task in self.main_tasks else {}
+        path = (overlay.get("model") or {}).get("path") or (self.spec.rl_section().get("model") or {}).get("path") or ""
         return str(path)
 
     def base_dir(self, task: str) -> str:
@@ -390,28 +388,27 @@ class Plan:
         return "base" if task == "countdown" else f"base-{task}"
 
     def prepare_source(self, task: str) -> str:
-        src = ((self.preset.get("prepare") or {}).get(task) or {}).get("source")
-        if src:
-            return str(src)
-        return "hub" if self.hub_model(task) else "fallback"
+        return self.spec.prepare_source(task) or ("hub" if self.hub_model(task) else "fallback")
 
     @property
     def uses_gpu(self) -> bool:
-        rl = self.preset.get("rl") or {}
-        backends = {((rl.get("rollout") or {}).get("backend", "hf"))}
-        backends |= {
-            ((t or {}).get("rollout") or {}).get("backend", "hf") for t in (self.preset.get("tasks") or {}).values()
-        }
+        backends = self.run_settings("rollout", "backend", rcfg.RolloutConfig.backend)
         gpus = any(self.resources(k)["gpu"] for k in RULE_KINDS)
         return "vllm" in backends or gpus
+
+    def run_settings(self, section: str, key: str, default: Any = None) -> set[Any]:
+        """The values of ``rl.<section>.<key>`` and of each task overlay's (``default`` where unset):
+        what the runs of the preset use, e.g. the devices they train on."""
+        overlays = [self.spec.rl_section(), *self.spec.task_overlays.values()]
+        return {((rl or {}).get(section) or {}).get(key, default) for rl in overlays}
 
     def resources(self, kind: str) -> dict[str, Any]:
         if kind not in DEFAULT_RESOURCES:
             raise ValueError(f"unknown rule kind {kind!r}; choose one of {list(DEFAULT_RESOURCES)}")
         res = dict(DEFAULT_RESOURCES[kind])
-        res.update((self.preset.get("resources") or {}).get(kind) or {})
+        res.update(self.spec.resources(kind))
         if res["threads"] is None:
-            res["threads"] = int(self.preset.get("threads", 1))
+            res["threads"] = self.spec.threads
         return res
 
     # ------------------------------------------------------------------ deep validation
@@ -422,7 +419,7 @@ class Plan:
         The schema checks keys, types and ranges; this adds the cross-field checks of the
         dataclasses (mini-batch divides the batch, ...) and that every batch splits over the
         train jobs' data-parallel processes (resources.train.processes), before any job starts."""
-        own = all_runs(self.preset)
+        own = all_runs(self.spec)
         processes = int(self.resources("train")["processes"])
         for name in own:
             rcfg.check_world_size(load_train_config(preset_path, name), processes)

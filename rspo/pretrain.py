@@ -42,6 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from rspo.preset import Preset, pretrained_architecture
+
 PRETRAIN_KEYS = {
     "model",
     "text_model",
@@ -65,18 +67,16 @@ NESTED_KEYS = ("model", "text_model")  # mappings whose keys are architecture ke
 SOLUTIONS = ("first", "any")
 
 
-def pretrain_settings(preset: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def pretrain_settings(preset: Preset, overrides: list[str]) -> dict[str, Any]:
     """The preset's ``pretrain:`` mapping with ``--set`` overrides applied and defaults filled in.
 
     An override is ``key=value`` (``examples=120000``) or, inside the architecture mappings,
     ``model.key=value`` (``model.num_experts=64``, ``text_model.max_position_embeddings=512``); an
     unknown key is an error that names it and its valid siblings."""
-    import copy
-
     from rspo.config import ConfigError, parse_override
     from rspo.models import ARCH_KEYS
 
-    p = copy.deepcopy(dict(preset.get("pretrain") or {}))
+    p = preset.pretraining()
     for text in overrides:
         k, v = parse_override(text)
         path = k.removeprefix("pretrain.").split(".")
@@ -245,10 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError, load_preset
+    from rspo.config import ConfigError
 
     try:
-        preset = load_preset(args.preset)
+        preset = Preset.load(args.preset)
         p = pretrain_settings(preset, args.overrides)
     except (ConfigError, FileNotFoundError) as e:
         print(f"rspo pretrain: {e}", file=sys.stderr)
@@ -257,16 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def task_prompt_format(preset: dict[str, Any], task: str, tok) -> Any:
+def task_prompt_format(preset: Preset, task: str, tok) -> Any:
     """The prompt format of the task's RL runs (``tasks.<task>.data`` over ``rl.data``), or None
     for Countdown."""
     if task == "countdown":
         return None
     from rspo.chat import resolve_format
 
-    data = dict(((preset.get("rl") or {}).get("data")) or {})
-    data.update((((preset.get("tasks") or {}).get(task) or {}).get("data")) or {})
-    return resolve_format(task, data.get("template"), data.get("enable_thinking"), tok, f"tasks.{task}.data")
+    data = preset.rl(task).data
+    return resolve_format(task, data.template, data.enable_thinking, tok, f"tasks.{task}.data")
 
 
 def _load_task_data(task: str, data: str, fmt: str, seed: int):
@@ -286,7 +285,7 @@ def _load_task_data(task: str, data: str, fmt: str, seed: int):
     return records[n_val:], records[:n_val]
 
 
-def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str, Any]:
+def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
     from rspo.models import build_model, load_balancing_loss, save_checkpoint, set_threads
     from rspo.progress import Progress
     from rspo.router import capture_router_logits, router_spec
@@ -317,9 +316,7 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
 
         tok = AutoTokenizer.from_pretrained(str(tok_dir))
     prompt_format = task_prompt_format(preset, args.task, tok)
-    arch = dict(p.get("model") or {})
-    if args.task != "countdown":  # math/code prompts are longer: `text_model` overlays the architecture
-        arch.update(p.get("text_model") or {})
+    arch = pretrained_architecture(p, args.task)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = build_model(arch, tok, seed=p["seed"]).to(device)
     use_aux = p["router_aux_loss_coef"] > 0
@@ -360,10 +357,10 @@ def run_pretraining(preset: dict[str, Any], p: dict[str, Any], args) -> dict[str
         metrics_path.unlink(missing_ok=True)
     tracker = None
     if not args.no_mlflow:
-        name = str(preset.get("preset", "preset"))
         from rspo.tracking import experiment_name
 
-        experiment = experiment_name(preset, name)
+        name = preset.name
+        experiment = experiment_name(preset)
         tracker = Tracker(
             default_tracking_uri(name),
             experiment,

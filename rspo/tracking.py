@@ -47,7 +47,10 @@ import time
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rspo.preset import Preset
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,13 +62,11 @@ REPORT_RUN = "report"
 SHIPPED_SUFFIX = " (shipped study)"  # the experiment of a shipped run archive (`make figures`)
 
 
-def experiment_name(preset: dict, name: str, default: str = "") -> str:
+def experiment_name(preset: Preset, default: str = "") -> str:
     """The MLflow experiment of a preset's runs: ``RSPO_MLFLOW_EXPERIMENT`` when set (archive mode
     sets it to the shipped study's name), else the preset's ``mlflow.experiment``, else
     ``default`` or ``rspo-<preset>``."""
-    return os.environ.get("RSPO_MLFLOW_EXPERIMENT") or (preset.get("mlflow") or {}).get(
-        "experiment", default or f"rspo-{name}"
-    )
+    return os.environ.get("RSPO_MLFLOW_EXPERIMENT") or preset.mlflow_experiment or default or f"rspo-{preset.name}"
 
 
 def shipped_results(preset: str) -> Path:

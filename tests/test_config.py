@@ -12,6 +12,7 @@ from rspo.config import (
     train_config_from_dict,
 )
 from rspo.grid import all_runs, expand_grid, load_train_config, run_name
+from rspo.preset import Preset
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -71,8 +72,8 @@ def test_run_names():
 
 def test_small_grid_trains_shared_runs_once():
     preset = load_preset(ROOT / "configs" / "small.yaml")
-    fams = expand_grid(preset)
-    runs = all_runs(preset)
+    fams = expand_grid(Preset(preset))
+    runs = all_runs(Preset(preset))
     # the RSPO run serves Figs. 1/4 (plugin), 3 (gamma 0.8), 5 (stop-grad), 6, 8
     for fam in ("plugin", "gamma_min", "stop_gradient", "routing", "mechanism"):
         assert "gmpo-rs0.8-s0" in fams[fam]
@@ -83,7 +84,7 @@ def test_small_grid_trains_shared_runs_once():
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
     assert Plan(preset, seeds=[0]).figure_runs("fig6_mechanism_stress") == ["stress-grpo-s0", "stress-gmpo-rs0.8-s0"]
-    four_seeds = all_runs(preset, seeds=[0, 1, 2, 3])
+    four_seeds = all_runs(Preset(preset), seeds=[0, 1, 2, 3])
     assert len(four_seeds) == 4 * len(runs) // seeds
 
 
@@ -116,13 +117,13 @@ def test_bad_preset_files(tmp_path):
         load_preset(bad)
     bad.write_text(yaml.safe_dump({"grid": {"plugins": {}}}))
     with pytest.raises(ConfigError, match="grid.plugins"):
-        expand_grid(load_preset(bad))
+        expand_grid(Preset.load(bad))
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
 def test_every_preset_resolves_every_run(path):
     preset = load_preset(path)
-    for name in all_runs(preset):
+    for name in all_runs(Preset(preset)):
         cfg = load_train_config(path, name)
         assert cfg.run_name == name
 
@@ -154,7 +155,7 @@ def test_gamma_min_out_of_range_is_one_clear_error(value):
         check_gamma_min(value)
     preset = {"rl": {}, "grid": {"gamma_min": {"values": [0.5, value]}}}
     with pytest.raises(ConfigError, match=r"^grid\.gamma_min\.values: must lie in \(0, 1\]"):
-        expand_grid(preset)
+        expand_grid(Preset(preset))
     assert check_gamma_min(1) == 1.0 and check_gamma_min(0.8) == 0.8
 
 

@@ -16,6 +16,7 @@ from rspo.gpu_memory import cli
 from rspo.gpu_memory import plan as MP
 from rspo.gpu_memory.phases import PHASES
 from rspo.gpu_memory.shape import PlanError, model_shape
+from rspo.preset import Preset
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["smoke", "small", "paper_small", "paper_large_math", "paper_large_code"]
@@ -97,7 +98,7 @@ def test_a_plan_that_does_not_fit_names_the_phase_and_the_settings(tmp_path):
 
 def test_a_hub_model_without_a_config_is_a_clear_error(tmp_path):
     with pytest.raises(PlanError, match="no config.json for someone/unknown-moe: fetch the model first"):
-        model_shape("someone/unknown-moe", {}, "math", str(tmp_path))
+        model_shape("someone/unknown-moe", Preset({}), "math", str(tmp_path))
 
 
 def test_a_hub_models_shape_is_kept_on_disk_and_rebuilt_when_unreadable(tmp_path, monkeypatch):
@@ -107,7 +108,7 @@ def test_a_hub_models_shape_is_kept_on_disk_and_rebuilt_when_unreadable(tmp_path
 
     monkeypatch.setenv("RSPO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(S, "_SHAPES", {})
-    built = S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub"))
+    built = S.model_shape("Qwen/Qwen3-30B-A3B", Preset({}), "math", str(tmp_path / "hub"))
     (entry,) = (tmp_path / "cache" / "model_shapes").glob("*.json")
 
     def no_build(*args):
@@ -115,13 +116,13 @@ def test_a_hub_models_shape_is_kept_on_disk_and_rebuilt_when_unreadable(tmp_path
 
     monkeypatch.setattr(S, "_SHAPES", {})
     monkeypatch.setattr(S, "shape_from_config", no_build)
-    assert S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub")) == built
+    assert S.model_shape("Qwen/Qwen3-30B-A3B", Preset({}), "math", str(tmp_path / "hub")) == built
     entry.write_text("{not json")
     with pytest.raises(AssertionError, match="built again"):
-        S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub"))
+        S.model_shape("Qwen/Qwen3-30B-A3B", Preset({}), "math", str(tmp_path / "hub"))
     monkeypatch.undo()
     monkeypatch.setenv("RSPO_CACHE_DIR", str(tmp_path / "cache"))
-    assert S.model_shape("Qwen/Qwen3-30B-A3B", {}, "math", str(tmp_path / "hub")) == built  # rebuilt, rewritten
+    assert S.model_shape("Qwen/Qwen3-30B-A3B", Preset({}), "math", str(tmp_path / "hub")) == built  # rebuilt, rewritten
     assert json.loads(entry.read_text())["params"] == built.params and built.params > 30e9
 
 
@@ -135,7 +136,7 @@ def test_the_terms_are_what_the_trainer_allocates():
     preset_file = ROOT / "configs" / "small.yaml"
     preset = load_preset(preset_file)
     cfg = load_train_config(preset_file, "gmpo-rs0.8-s0")
-    shape = model_shape("", preset, "countdown")
+    shape = model_shape("", Preset(preset), "countdown")
     plan = MP.plan_run(cfg, shape, MP.preset_setup(preset, 80.0), "countdown")
     rows = cfg.schedule.prompts_per_step * cfg.rollout.group_size
     width = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens

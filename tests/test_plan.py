@@ -10,6 +10,7 @@ import yaml
 from rspo.config import ConfigError
 from rspo.grid import expand_grid, load_train_config
 from rspo.plan import FIGURES, REGIME_FIGURES, Plan, figure_regime, paper_figure, preset_digest, validate_preset
+from rspo.preset import Preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "configs" / "small.yaml"
@@ -68,19 +69,19 @@ def test_regime_sections_are_checked_with_the_key_that_is_wrong():
     bad = copy.deepcopy(preset)
     bad["mismatch"]["grid"] = {"main": {"tasks": ["math"]}}
     with pytest.raises(ConfigError, match=r"mismatch.grid.main: expected a mapping overlaying grid.main"):
-        expand_grid(bad)
+        expand_grid(Preset(bad))
     bad = copy.deepcopy(preset)
     bad["mismatch"]["families"] = ["mechanism"]
     with pytest.raises(ConfigError, match=r"mismatch.families: 'mechanism' is not a Countdown grid family"):
-        expand_grid(bad)
+        expand_grid(Preset(bad))
     bad = copy.deepcopy(preset)
     bad["mismatch"]["rl"] = {}
     with pytest.raises(ConfigError, match=r"mismatch.rl: expected a non-empty overlay"):
-        expand_grid(bad)
+        expand_grid(Preset(bad))
     bad = copy.deepcopy(preset)
     bad["mismatch"]["extra"] = 1
     with pytest.raises(ConfigError, match=r"mismatch.extra: unknown key"):
-        expand_grid(bad)
+        expand_grid(Preset(bad))
     with pytest.raises(ConfigError, match=r"mismatch.rl.rollout.dtype"):
         validate_preset({**preset, "mismatch": {**preset["mismatch"], "rl": {"rollout": {"dtype": "fp4"}}}}, SCHEMA)
     with pytest.raises(ConfigError, match=r"mismatch.grid.routing.modes\[0\]"):

@@ -116,16 +116,15 @@ _CLI_KEYS = [f.name for f in dataclasses.fields(CountdownConfig)]
 
 
 def _countdown_section(path: str) -> dict:
-    import yaml
+    from rspo.preset import Preset
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"preset not found: {p}")
-    with p.open(encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
-    if not isinstance(doc, dict) or "countdown" not in doc:
+    preset = Preset.load(p)
+    if not preset.has("countdown"):
         raise ValueError(f"preset {p} has no top-level 'countdown:' mapping")
-    section = doc["countdown"]
+    section = preset.countdown()
     if not isinstance(section, dict):
         raise ValueError(f"preset {p}: 'countdown' must be a mapping, got {type(section).__name__}")
     unknown = sorted(set(section) - set(_CLI_KEYS))

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rspo.preset import COUNTDOWN_EVAL_SPLITS, Preset
+
 
 def _parser(family: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=f"rspo evaluate {family}")
@@ -56,8 +58,8 @@ def _parser(family: str) -> argparse.ArgumentParser:
     return ap
 
 
-def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
-    s = dict((preset.get("eval") or {}).get(family) or {})
+def _settings(preset: Preset, family: str, args) -> dict[str, Any]:
+    s = preset.evaluation(family)
     for key in ("temperature", "n", "limit", "max_new_tokens", "backend", "seed"):
         v = getattr(args, key, None)
         if v is not None:
@@ -66,12 +68,11 @@ def _settings(preset: dict[str, Any], family: str, args) -> dict[str, Any]:
         s["splits"] = args.splits
     if getattr(args, "benchmarks", None):
         s["benchmarks"] = args.benchmarks
-    s.setdefault("backend", ((preset.get("rl") or {}).get("rollout") or {}).get("backend", "hf"))
-    # evaluate in the precision and on the device the runs trained with (rl.model, or the task's overlay)
-    model = dict((preset.get("rl") or {}).get("model") or {})
-    model.update((((preset.get("tasks") or {}).get(family) or {}).get("model")) or {})
-    s.setdefault("dtype", model.get("dtype", "float32"))
-    s.setdefault("device", model.get("device", "auto"))
+    # the runs' engine, precision and device (rl, or with the task's overlay)
+    runs = preset.rl(family)
+    s.setdefault("backend", runs.rollout.backend)
+    s.setdefault("dtype", runs.model.dtype)
+    s.setdefault("device", runs.model.device)
     s["tensor_parallel_size"] = engine_tensor_parallel(s.get("tensor_parallel_size", "auto"), s["backend"])
     return s
 
@@ -184,7 +185,7 @@ def evaluate_countdown(
         "config": {**gen.settings, "temperature": temperature, "n": n},
         "splits": {},
     }
-    for split in settings.get("splits", ["val", "val_target"]):
+    for split in settings.get("splits", COUNTDOWN_EVAL_SPLITS):
         records = load_split(Path(data_dir) / f"{split}.jsonl")
         limit = int(settings.get("size", settings.get("limit", 0)) or 0)
         if limit:
@@ -252,18 +253,16 @@ def evaluate_suite(family: str, model: str, settings: dict[str, Any], progress: 
 
 
 def _log_mlflow(
-    preset: dict[str, Any],
+    preset: Preset,
     family: str,
     model_dir: str,
     result: dict[str, Any],
     datasets: list[tuple[str, str]] | None = None,
 ) -> None:
-    from rspo.tracking import Tracker, default_tracking_uri, eval_run_key, eval_run_name
+    from rspo.tracking import Tracker, default_tracking_uri, eval_run_key, eval_run_name, experiment_name
 
-    name = str(preset.get("preset", "preset"))
-    from rspo.tracking import experiment_name
-
-    experiment = experiment_name(preset, name)
+    name = preset.name
+    experiment = experiment_name(preset)
     tracker = Tracker(
         default_tracking_uri(name),
         experiment,
@@ -299,18 +298,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     family = argv[0]
     args = _parser(family).parse_args(argv[1:])
-    from rspo.config import load_preset
     from rspo.models import set_threads
     from rspo.tracking import model_label
 
     set_threads(args.threads)
-    preset = load_preset(args.preset)
+    preset = Preset.load(args.preset)
     settings = _settings(preset, family, args)
     t0 = time.time()
     progress = PhaseProgress(f"eval {family} {model_label(args.model)}", args.quiet)
     datasets: list[tuple[str, str]] = []
     if family == "countdown":
-        fmt = ((preset.get("rl") or {}).get("data") or {}).get("prompt_format", "steps")
+        fmt = preset.rl().data.prompt_format
         result = evaluate_countdown(args.model, args.data, settings, fmt, progress)
         datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
     else:

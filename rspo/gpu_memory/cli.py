@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rspo.gpu_memory.plan import GIB, GPUS, PlanError, plan_preset, plan_run, preset_setup, render, summary
 
@@ -76,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from rspo.config import ConfigError, load_preset
+    from rspo.config import ConfigError
+    from rspo.preset import Preset
 
     try:
         plans = plan_preset(args.preset, gib, args.hub_dir)
     except (PlanError, ConfigError, FileNotFoundError) as e:
         print(f"rspo plan-memory: {e}", file=sys.stderr)
         return 2
-    s = summary(str(load_preset(args.preset).get("preset", Path(args.preset).stem)), gpu, plans)
+    s = summary(Preset.load(args.preset).name, gpu, plans)
     if not args.json_only:
         print(render(plans))
     if args.simulate:

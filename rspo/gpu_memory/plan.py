@@ -52,6 +52,7 @@ from typing import Any
 
 from rspo.gpu_memory.phases import PHASES
 from rspo.gpu_memory.shape import ModelShape, PlanError, dtype_bytes, model_shape
+from rspo.preset import Preset
 
 __all__ = ["GPUS", "PlanError", "RunPlan", "Setup", "plan_preset", "plan_run", "planned_phases", "summary"]
 
@@ -463,7 +464,7 @@ def preset_setup(preset: dict[str, Any], gpu_gib: float) -> Setup:
     plan = Plan(preset)
     res_train, res_eval = plan.resources("train"), plan.resources("evaluate")
     W = max(1, int(res_train["processes"]))
-    eval_new = max((int(e.get("max_new_tokens", 0)) for e in (preset.get("eval") or {}).values()), default=0)
+    eval_new = max((int(plan.spec.evaluation(f).get("max_new_tokens", 0)) for f in plan.spec.evaluated), default=0)
     return Setup(
         gpu_gib=gpu_gib,
         world=W,
@@ -494,7 +495,7 @@ def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") 
         seen.add(key)
         if cfg.model.path not in shapes:
             path = plan.hub_model(run.task) or cfg.model.path
-            shapes[cfg.model.path] = model_shape(path, preset, run.task, hub_dir)
+            shapes[cfg.model.path] = model_shape(path, plan.spec, run.task, hub_dir)
         out.append(plan_run(cfg, shapes[cfg.model.path], setup, run.task))
     return out
 
@@ -503,7 +504,7 @@ def planned_phases(cfg, dist, gpu_bytes: int) -> dict[str, float] | None:
     """The plan's total (GiB) per phase for a running trainer on a GPU of ``gpu_bytes`` (the first
     step's memory is printed beside it); None when the model's shape cannot be read."""
     try:
-        shape = model_shape(cfg.model.path, {}, cfg.data.task)
+        shape = model_shape(cfg.model.path, Preset({}), cfg.data.task)
     except (PlanError, OSError, ValueError):
         return None
     setup = Setup(gpu_gib=gpu_bytes / GIB, world=dist.world_size, per_node=dist.local_world_size)

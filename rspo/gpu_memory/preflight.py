@@ -145,6 +145,7 @@ def report(args, world: int) -> dict[str, Any]:
     from rspo.gpu_memory.plan import plan_run, preset_setup
     from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
     from rspo.gpu_memory.simulate import task_inputs
+    from rspo.preset import Preset
 
     out = Path(args.out)
     stages = [json.loads((out / f"{stage}.rank0.json").read_text()) for stage in STAGES]
@@ -172,7 +173,7 @@ def report(args, world: int) -> dict[str, Any]:
     step_s = sum(v for ph, v in stages[1]["seconds"].items() if ph != "engine_start") * scale
     peak = max(measured.values())
     return {
-        "preset": str(load_preset(args.preset).get("preset", Path(args.preset).stem)),
+        "preset": Preset.load(args.preset).name,
         "device": device,
         "engine": engine,
         "layers": args.layers,

@@ -20,7 +20,8 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from rspo.preset import Preset
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "model_configs"
 
@@ -127,7 +128,7 @@ def config_file(path: str, hub_dir: str) -> Path | None:
     return None
 
 
-def model_config(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub"):
+def model_config(path: str, preset: Preset, task: str, hub_dir: str = "results/hub"):
     """(name, transformers config, checkpoint bytes per parameter) of the model a task's runs start
     from: a hub id (the fetched folder's config.json, else the copy in rspo/model_configs), a local
     folder, or the preset's pretrain.model for a model pretrained here."""
@@ -149,9 +150,7 @@ def model_config(path: str, preset: dict[str, Any], task: str, hub_dir: str = "r
     from rspo.models import moe_config
     from rspo.tokenizer import build_tokenizer
 
-    arch = dict((preset.get("pretrain") or {}).get("model") or {})
-    if task != "countdown":
-        arch.update((preset.get("pretrain") or {}).get("text_model") or {})
+    arch = preset.architecture(task)
     tok = build_tokenizer()
     config = moe_config(arch, len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
     return f"pretrained here ({arch.get('arch', 'qwen2_moe')})", config, 4
@@ -165,7 +164,7 @@ def shape_cache_dir() -> Path:
     return Path(base) / "model_shapes"
 
 
-def model_shape(path: str, preset: dict[str, Any], task: str, hub_dir: str = "results/hub") -> ModelShape:
+def model_shape(path: str, preset: Preset, task: str, hub_dir: str = "results/hub") -> ModelShape:
     """The shape of the model a task's runs start from (see model_config; cached per config, and on
     disk per config.json file: see the module docstring)."""
     from importlib.metadata import version

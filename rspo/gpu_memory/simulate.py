@@ -465,7 +465,7 @@ def task_inputs(preset_path: str, task: str, hub_dir: str, layers: int = 0, over
     plan = Plan(preset)
     name = next(n for n, r in plan.runs.items() if r.task == task)
     cfg = load_train_config(preset_path, name, list(overrides))
-    _, config, _ = model_config(plan.hub_model(task) or cfg.model.path, preset, task, hub_dir)
+    _, config, _ = model_config(plan.hub_model(task) or cfg.model.path, plan.spec, task, hub_dir)
     if layers:
         config.num_hidden_layers = layers
         for key in ("mlp_only_layers", "layer_types"):

@@ -483,14 +483,12 @@ def mismatch_claims(gamma_min: float) -> list[Claim]:
 
 def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files."""
-    splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
-    total = int(((plan.preset.get("rl") or {}).get("schedule") or {}).get("total_steps", 100))
-    rows: list[Row] = []
+    splits = plan.spec.countdown_splits
+    total = plan.spec.rl().schedule.total_steps
     regimes = [("natural", "", total)] + [
-        (r, f"{r}-", int(((plan.preset[r].get("rl") or {}).get("schedule") or {}).get("total_steps", total)))
-        for r in REGIMES
-        if r in plan.preset
+        (r, f"{r}-", plan.spec.rl(regime=r).schedule.total_steps) for r in REGIMES if plan.spec.has(r)
     ]
+    rows: list[Row] = []
     for regime, prefix, steps in regimes:
         for claim in paper_claims(plan.default_gamma, steps) + mismatch_claims(plan.default_gamma):
             if claim.measure == "throughput":
@@ -530,14 +528,14 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
     columns = ["Paper", "Regime", "Effect", "n", "Mean", "95% CI", "Margin", "Verdict"]
     table_rows = [(label, [Cell(text=c) for c in cells]) for label, cells in format_rows(rows)]
     overlays = "".join(
-        f"; {r} = the same with the overlay {json.dumps(plan.preset[r]['rl'])} ({why}; not in the paper)"
+        f"; {r} = the same with the overlay {json.dumps(plan.spec.section(r)['rl'])} ({why}; not in the paper)"
         for r, why in REGIMES.items()
-        if r in plan.preset
+        if plan.spec.has(r)
     )
     notes = [
         RULE,
         "Effects: acc = held-out greedy accuracy of the final checkpoint, "
-        + " and ".join(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
+        + " and ".join(plan.spec.countdown_splits)
         + " pooled (points); drop = best-to-final fall of the periodic validation score (points); steps = steps to "
         "collapse (collapse detector), runs that never collapse count with their full length; throughput = "
         "RSPO/GMPO update tokens/s per benchmark step; γ fall / γ-clip rise = least-squares slope of the per-step "

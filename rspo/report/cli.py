@@ -78,7 +78,7 @@ def table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
 def _log_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -> None:
     from rspo.tracking import default_tracking_uri, experiment_name, log_report
 
-    experiment = experiment_name(plan.preset, plan.name)
+    experiment = experiment_name(plan.spec)
     run_id = log_report(default_tracking_uri(plan.name), experiment, plan.name, target, files, built_from)
     print(f"logged {target} into MLflow run {run_id} (report)")
 

@@ -235,7 +235,7 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
         raise ValueError(f"preset {plan.name!r} has no Countdown runs: table_countdown is not built for it")
     eval_dir = Path(eval_dir)
     rdir = Path(runs_dir) if runs_dir is not None else None
-    splits = list(((plan.preset.get("eval") or {}).get("countdown") or {}).get("splits", ["val", "val_target"]))
+    splits = plan.spec.countdown_splits
     columns = (
         [f"{s} acc. (%)" for s in splits]
         + ["seeds"]
@@ -330,7 +330,7 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
     benches: dict[str, list[str]] = {}
     extras: dict[str, list[str]] = {}
     for task in per_task:
-        wanted = ((plan.preset.get("eval") or {}).get(task) or {}).get("benchmarks", list(ref.BENCHMARKS[task]))
+        wanted = plan.spec.evaluation(task).get("benchmarks", list(ref.BENCHMARKS[task]))
         benches[task] = [b for b in ref.BENCHMARKS[task] if b in wanted]
         extras[task] = [b for b in ref.EXTRA_BENCHMARKS[task] if b in wanted]
         columns += [ref.BENCHMARK_LABELS[b] for b in benches[task]] + ["Avg."]

@@ -93,7 +93,7 @@ def gpu_environment(env=None) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     gpu_environment()  # harmless on a CPU: nothing reads them there
-    from rspo.config import ConfigError, load_preset
+    from rspo.config import ConfigError
     from rspo.grid import load_train_config
     from rspo.tracking import Tracker, default_tracking_uri
 
@@ -127,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
 
     factory = None
     if not args.no_mlflow:
-        preset = load_preset(args.preset)
-        uri = cfg.tracking.tracking_uri or default_tracking_uri(str(preset.get("preset", cfg.preset)))
+        from rspo.preset import Preset
         from rspo.tracking import experiment_name
 
-        experiment = experiment_name(preset, str(preset.get("preset", cfg.preset)), cfg.tracking.experiment)
-
-        preset_name = str(preset.get("preset", cfg.preset))
+        preset = Preset.load(args.preset)
+        preset_name = preset.name
+        uri = cfg.tracking.tracking_uri or default_tracking_uri(preset_name)
+        experiment = experiment_name(preset, cfg.tracking.experiment)
 
         def factory(**kw):
             tracker = Tracker(

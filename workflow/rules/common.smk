@@ -15,6 +15,7 @@ from rspo.grid import load_train_config
 from rspo.plan import FIGURES, NEEDS, TABLES, Plan, figure_regime, paper_figure
 from rspo.plan import validate_preset
 from rspo.plan import preset_digest as plan_preset_digest
+from rspo.preset import Preset
 
 ROOT = Path(workflow.basedir)
 
@@ -29,13 +30,13 @@ def _preset_file(value):
 def _load_plan():
     path = _preset_file(str(config["preset"]))
     try:
-        preset = rcfg.load_preset(path)
+        spec = Preset.load(path)
+        preset = spec.data
         validate_preset(preset, ROOT / "workflow" / "schemas" / "preset.schema.yaml", where=path)
         stem = Path(path).stem
-        if preset["preset"] != stem:
+        if spec.name != stem:
             raise rcfg.ConfigError(
-                f"{path}: preset: {preset['preset']!r} must equal the file name {stem!r} "
-                f"(results go to results/<preset>/)"
+                f"{path}: preset: {spec.name!r} must equal the file name {stem!r} (results go to results/<preset>/)"
             )
         manifest = None
         if config.get("archive"):
@@ -68,7 +69,7 @@ R = f"results/{P}-archive" if ARCHIVE else f"results/{P}"
 if ARCHIVE:
     from rspo.tracking import SHIPPED_SUFFIX, experiment_name
 
-    os.environ.setdefault("RSPO_MLFLOW_EXPERIMENT", experiment_name(PLAN.preset, P) + SHIPPED_SUFFIX)
+    os.environ.setdefault("RSPO_MLFLOW_EXPERIMENT", experiment_name(PLAN.spec) + SHIPPED_SUFFIX)
 # Pass --seeds to the report CLI only when they differ from the preset's own; --full for the whole
 # grid, --families for a selection in place of the preset's default_families.
 PLAN_ARGS = " ".join(([] if config.get("seeds") is None else ["--seeds", *map(str, PLAN.seeds)]) + PLAN.cli_args)
@@ -189,9 +190,11 @@ def _check_memory():
                 "or give any card's memory with --config gpu_gib=N (GiB)"
             )
         gib, flag = GPUS[gpu], f"--gpu {gpu}"
-    rl_devices = [((PLAN.preset.get("rl") or {}).get("model") or {}).get("device")]
-    rl_devices += [((t or {}).get("model") or {}).get("device") for t in (PLAN.preset.get("tasks") or {}).values()]
-    if ARCHIVE or "cuda" not in rl_devices or str(config.get("skip_memory_check", False)).lower() == "true":
+    if (
+        ARCHIVE
+        or "cuda" not in PLAN.run_settings("model", "device")
+        or str(config.get("skip_memory_check", False)).lower() == "true"
+    ):
         return
     s = summary(P, gpu, plan_preset(PRESET_FILE, gib, HUB_DIR))
     if not s["fits"]:

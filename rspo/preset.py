@@ -1,0 +1,177 @@
+"""A preset (``configs/<name>.yaml``) as one object: what a command asks of it, answered in one place.
+
+    preset = Preset.load("configs/small.yaml")
+    preset.name                          # "small" (the file's `preset:`, else its stem)
+    preset.rl()                          # the training config of the preset's `rl:` (a TrainConfig)
+    preset.rl("math")                    # ... with the task's overlay (`tasks.math`) merged in
+    preset.rl("countdown", "mismatch")   # ... and a regime's (`mismatch.rl`)
+    preset.evaluation("countdown")       # the settings of `eval.countdown`, a copy
+    preset.countdown_splits              # the Countdown splits evaluated (eval.countdown.splits)
+    preset.pretraining()                 # the `pretrain:` section, a copy
+
+The defaults of the training settings are the dataclasses' of ``rspo.config`` (a value a command
+needs from `rl:` is read from ``rl(...)``, never from the YAML with a default of its own), and the
+overlays are merged the way a training run merges them (``rspo.grid.load_train_config`` builds its
+run's config from ``rl_section``). The grid's sections (`grid:`, `seeds:`, the regimes, `tasks:`) are
+handed out as written: rspo.grid expands and checks them, rspo.plan plans from them. Nothing else in
+the package reads a preset's mapping (``data``: the schema's validation and the digests of
+rspo.plan take it whole); tests/test_preset.py greps for it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from rspo import config as rcfg
+from rspo.config import ConfigError, TrainConfig
+
+# The held-out Countdown splits evaluated when `eval.countdown.splits` is not set (the generator
+# writes train, val and val_target; rspo.data.countdown).
+COUNTDOWN_EVAL_SPLITS: tuple[str, ...] = ("val", "val_target")
+
+
+def deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Merge ``extra`` into ``base`` in place, mapping by mapping (an overlay's value wins)."""
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            deep_update(base[k], v)
+        else:
+            base[k] = v
+
+
+class Preset:
+    """One loaded preset; ``data`` is its mapping as read from the YAML (not to be changed)."""
+
+    def __init__(self, data: dict[str, Any], path: str | Path | None = None):
+        if not isinstance(data, dict):
+            raise ConfigError(f"a preset must be a mapping, got {type(data).__name__}")
+        self.data = data
+        self.path = Path(path) if path is not None else None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Preset:
+        """Read a preset file (clear errors for a missing file, bad YAML, a non-mapping)."""
+        return cls(rcfg.load_preset(path), path)
+
+    @property
+    def name(self) -> str:
+        """The preset's `preset:` name, else its file's stem, else "preset"."""
+        if "preset" in self.data:
+            return str(self.data["preset"])
+        return self.path.stem if self.path is not None else "preset"
+
+    @property
+    def seeds(self) -> list[int]:
+        """The preset's `seeds:` (default [0]); checked where the grid is expanded (rspo.grid)."""
+        return list(self.data.get("seeds", [0]))
+
+    @property
+    def default_families(self) -> list[str] | None:
+        """The grid families its default target builds (`default_families:`); None: all of them."""
+        fams = self.data.get("default_families")
+        return None if fams is None else list(fams)
+
+    def grid(self) -> Any:
+        """The `grid:` section as written (a copy; {} when absent); rspo.grid expands and checks it."""
+        return copy.deepcopy(self.data.get("grid") or {})
+
+    def section(self, name: str) -> Any:
+        """A top-level section as written (a copy; None when absent): a regime's (rspo.grid checks it)."""
+        return copy.deepcopy(self.data.get(name))
+
+    def has(self, name: str) -> bool:
+        """Whether the preset has a top-level section ``name``."""
+        return name in self.data
+
+    def with_grid(self, grid: dict[str, Any], drop: tuple[str, ...] = ()) -> Preset:
+        """The same preset with another `grid:` and without the sections in ``drop``."""
+        data = {k: v for k, v in self.data.items() if k not in drop}
+        return Preset({**data, "grid": grid}, self.path)
+
+    @property
+    def task_overlays(self) -> dict[str, Any]:
+        """`tasks:`: task name -> its overlay of the rl section, as written (a copy)."""
+        return copy.deepcopy(dict(self.data.get("tasks") or {}))
+
+    @property
+    def pretrains(self) -> bool:
+        """Whether the preset pretrains its Countdown model here (a `pretrain:` section)."""
+        return bool(self.data.get("pretrain"))
+
+    def prepare_source(self, task: str) -> str:
+        """`prepare.<task>.source` (hub | fallback | a path); "" when not set (rspo.plan decides)."""
+        return str(((self.data.get("prepare") or {}).get(task) or {}).get("source") or "")
+
+    def resources(self, kind: str) -> dict[str, Any]:
+        """`resources.<kind>` as written (a copy; {} when absent); rspo.plan fills in its defaults."""
+        return copy.deepcopy(dict((self.data.get("resources") or {}).get(kind) or {}))
+
+    @property
+    def threads(self) -> int:
+        """`threads:` (default 1): each job's CPU threads where `resources` does not say."""
+        return int(self.data.get("threads", 1))
+
+    @property
+    def mlflow_experiment(self) -> str:
+        """The preset's `mlflow.experiment`; "" when not set (rspo.tracking.experiment_name)."""
+        return str((self.data.get("mlflow") or {}).get("experiment", ""))
+
+    # --------------------------------------------------------------------- training
+
+    def rl_section(self, task: str | None = None, regime: str | None = None) -> dict[str, Any]:
+        """The `rl:` mapping of a run (a deep copy): the preset's `rl:`, then the task's overlay
+        (`tasks.<task>`, where the preset has one), then the regime's (`<regime>.rl`)."""
+        rl = copy.deepcopy(self.data.get("rl") or {})
+        overlay = (self.data.get("tasks") or {}).get(task) if task else None
+        if overlay:
+            deep_update(rl, copy.deepcopy(overlay))
+        if regime:
+            if not isinstance(self.data.get(regime), dict) or "rl" not in self.data[regime]:
+                raise ConfigError(f"{regime}.rl: the preset has no `{regime}:` section with an `rl:` overlay")
+            deep_update(rl, copy.deepcopy(self.data[regime]["rl"]))
+        return rl
+
+    def rl(self, task: str | None = None, regime: str | None = None) -> TrainConfig:
+        """The training config of the preset's `rl:` with the task's and the regime's overlays,
+        every setting the preset leaves out at its default (rspo.config)."""
+        return rcfg.train_config_from_dict(self.rl_section(task, regime), preset=self.name)
+
+    # --------------------------------------------------------------------- evaluation, pretraining
+
+    def evaluation(self, family: str) -> dict[str, Any]:
+        """The settings of `eval.<family>` (countdown, math, code), a copy; {} when not set."""
+        return copy.deepcopy(dict((self.data.get("eval") or {}).get(family) or {}))
+
+    @property
+    def evaluated(self) -> list[str]:
+        """The families the preset's `eval:` section sets (countdown, math, code)."""
+        return list(self.data.get("eval") or {})
+
+    @property
+    def countdown_splits(self) -> list[str]:
+        """The Countdown splits an evaluation scores and the tables report."""
+        return list(self.evaluation("countdown").get("splits", COUNTDOWN_EVAL_SPLITS))
+
+    def countdown(self) -> Any:
+        """The `countdown:` section (the Countdown generator's settings), a copy; {} when absent."""
+        section = self.data.get("countdown")
+        return {} if section is None else copy.deepcopy(section)
+
+    def pretraining(self) -> dict[str, Any]:
+        """The `pretrain:` section, a copy; {} when the preset pretrains nothing."""
+        return copy.deepcopy(dict(self.data.get("pretrain") or {}))
+
+    def architecture(self, task: str) -> dict[str, Any]:
+        """The architecture of the model pretrained here for a task (rspo.models.ARCH_KEYS)."""
+        return pretrained_architecture(self.pretraining(), task)
+
+
+def pretrained_architecture(pretraining: dict[str, Any], task: str) -> dict[str, Any]:
+    """The architecture a `pretrain:` mapping gives a task's model: `model`, and for math and code,
+    whose prompts are longer, `text_model` on top."""
+    arch = dict(pretraining.get("model") or {})
+    if task != "countdown":
+        arch.update(pretraining.get("text_model") or {})
+    return arch
