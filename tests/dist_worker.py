@@ -8,7 +8,9 @@ files of at most RSPO_TEST_FINAL_SHARD_BYTES.
 
 With RSPO_TEST_FAIL_RANK=<r>, rank r raises in its first update of step 1 while a thread it started
 is still running (as a reward pool or an engine thread would be), which alone keeps a Python
-process alive after its main thread raised."""
+process alive after its main thread raised. With RSPO_TEST_SLOW_RANK=<s> as well, rank s computes
+for 30 s (no collective) before that update: torchrun's SIGTERM reaches it before any collective
+could break."""
 
 import json
 import os
@@ -60,7 +62,7 @@ def probe_memory(prefix: str) -> None:
         wrap(name)
 
 
-def fail_on_rank(rank: int) -> None:
+def fail_on_rank(rank: int, slow_rank: int | None = None) -> None:
     import threading
     import time
 
@@ -72,6 +74,8 @@ def fail_on_rank(rank: int) -> None:
         if t.dist.rank == rank and t.step == 1:
             threading.Thread(target=time.sleep, args=(600,)).start()
             raise ValueError("reward worker crashed (test)")
+        if t.dist.rank == slow_rank and t.step == 1:
+            time.sleep(30)
         return real(t, *args, **kwargs)
 
     update.update_mini_batch = failing
@@ -83,7 +87,8 @@ if __name__ == "__main__":
     assert hasattr(trainer, "task_for"), "rspo.train.trainer no longer builds its task with task_for"
     trainer.task_for = lambda cfg_data, tokenizer: digit_task(cfg_data.task, cfg_data.prompt_format)
     if os.environ.get("RSPO_TEST_FAIL_RANK"):
-        fail_on_rank(int(os.environ["RSPO_TEST_FAIL_RANK"]))
+        slow = os.environ.get("RSPO_TEST_SLOW_RANK")
+        fail_on_rank(int(os.environ["RSPO_TEST_FAIL_RANK"]), None if slow is None else int(slow))
     if os.environ.get("RSPO_TEST_MEMORY"):
         probe_memory(os.environ["RSPO_TEST_MEMORY"])
     sys.exit(main(sys.argv[1:]))

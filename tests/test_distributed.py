@@ -110,6 +110,15 @@ def test_an_error_on_one_rank_stops_every_rank_within_seconds_naming_it(assets, 
     assert re.search(r"\[rspo train\] rank 0 of 2 stopped at step 1: (a collective failed|terminated)", log), log
     root = log[log.index("Root Cause") :]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)", root) and "reward worker crashed (test)" in root, root
+    # rank 0 busy (30 s without a collective) when rank 1 fails: torchrun's SIGTERM reaches it first,
+    # and it says so (SIGTERM's default action ended it without a word)
+    proc = train(
+        assets, tmp_path / "slow", 2, check=False, timeout=120, RSPO_TEST_FAIL_RANK="1", RSPO_TEST_SLOW_RANK="0"
+    )
+    assert proc.returncode != 0
+    log = proc.stdout + proc.stderr
+    assert "[rspo train] rank 0 of 2 stopped at step 1: terminated (SIGTERM" in log, log[-3000:]
+    assert "rank 1 of 2 failed at step 1: ValueError: reward worker crashed (test)" in log
 
 
 def test_a_rank_that_torchrun_terminates_says_so_and_an_error_in_one_process_propagates():
