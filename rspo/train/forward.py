@@ -92,9 +92,8 @@ def policy_forward(
     """
     P = prompt_width
     lo, hi = window(attention_mask, response_mask, P)
-    ids, attn = input_ids[:, lo:hi], attention_mask[:, lo:hi]
     replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY, RoutingMode.ROLLOUT_REPLAY)
-    win_cache = cache[:, lo:hi] if replay else None
+    win = Window(input_ids[:, lo:hi], attention_mask[:, lo:hi], P, lo, hi, groups, cache[:, lo:hi] if replay else None)
 
     def scores(out_logits, targets, start, head):
         """(log-probs, entropy) of ``targets`` from the logits, or from the hidden states in chunks."""
@@ -106,45 +105,66 @@ def policy_forward(
             )
 
     with lm_head_returns_hidden(model) if logits_chunk else contextlib.nullcontext() as head:
-        yield from _policy_forward(
+        run = _shared_prompt_forward if share_prompts else _rows_forward
+        yield from run(
             model,
-            ids,
-            attn,
-            P,
-            lo,
-            hi,
-            groups,
+            win,
             capture,
             routing,
-            replay,
-            win_cache,
-            share_prompts,
             autocast,
             lambda out_logits, targets, start: scores(out_logits, targets, start, head),
         )
 
 
-def _policy_forward(
-    model, ids, attn, P, lo, hi, groups, capture, routing, replay, win_cache, share_prompts, autocast, scores
+@dataclass(frozen=True)
+class Window:
+    """The rows' columns [lo, hi) of the layout (``window``), and what the forward needs of them."""
+
+    ids: torch.Tensor
+    """(b, w) token ids, w = hi - lo."""
+    attn: torch.Tensor
+    """(b, w) attention mask."""
+    P: int
+    """The layout's prompt width: columns [lo, P) of the window are prompt, [P, hi) response."""
+    lo: int
+    hi: int
+    groups: torch.Tensor
+    """(b,) the prompt each row answers."""
+    cache: OldRouterCache | None
+    """The old router cache of the window's columns (replay modes), else None."""
+
+
+Scores = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def _rows_forward(
+    model, w: Window, capture: bool, routing: RoutingMode, autocast, scores: Scores
 ) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
-    if not share_prompts:
-        # routing and capture hooks both span the caller's backward(): a gradient-checkpointing
-        # recomputation must route the same way and run the capture's own ops again (rspo.router)
-        with routing_control(model, routing, win_cache):
-            with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
-                with autocast():
-                    out = model(
-                        input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
-                    )
-                if capture:
-                    cap.stop()  # the recomputation is not recorded
-                logp, ent = scores(out.logits, ids, P - lo)
-                outputs = PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None)
-                yield outputs, (lo, hi)
-        return
+    """The plain single forward of the rows (``share_prompts=False``)."""
+    # routing and capture hooks both span the caller's backward(): a gradient-checkpointing
+    # recomputation must route the same way and run the capture's own ops again (rspo.router)
+    with routing_control(model, routing, w.cache):
+        with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
+            with autocast():
+                out = model(
+                    input_ids=w.ids, attention_mask=w.attn, position_ids=position_ids_from_mask(w.attn), use_cache=False
+                )
+            if capture:
+                cap.stop()  # the recomputation is not recorded
+            logp, ent = scores(out.logits, w.ids, w.P - w.lo)
+            outputs = PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None)
+            yield outputs, (w.lo, w.hi)
+
+
+def _shared_prompt_forward(
+    model, w: Window, capture: bool, routing: RoutingMode, autocast, scores: Scores
+) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
+    """Each group's prompt once, its KV cache repeated for the group's rows, the responses on top
+    (the module docstring)."""
     from transformers import DynamicCache
 
-    b, p = ids.shape[0], P - lo
+    ids, attn, groups = w.ids, w.attn, w.groups
+    b, p = ids.shape[0], w.P - w.lo
     uniq, inverse = torch.unique(groups, sorted=False, return_inverse=True)  # inverse: (b,) row -> group slot
     first = torch.empty(len(uniq), dtype=torch.long, device=ids.device)
     first[inverse.flip(0)] = torch.arange(b - 1, -1, -1, device=ids.device)  # each group's first row
@@ -152,7 +172,7 @@ def _policy_forward(
     with contextlib.ExitStack() as stack:
         cap = stack.enter_context(capture_router_logits(model, raw=True)) if capture else None
         kv = DynamicCache(config=model.config)
-        with routing_control(model, routing, win_cache[first, :p] if replay else None), autocast():
+        with routing_control(model, routing, w.cache[first, :p] if w.cache is not None else None), autocast():
             out_p = model(
                 input_ids=p_ids,
                 attention_mask=p_attn,
@@ -164,7 +184,7 @@ def _policy_forward(
         kv = out_p.past_key_values
         kv.batch_select_indices(inverse)  # (u, ...) -> (b, ...): a differentiable gather
         pos = position_ids_from_mask(attn)[:, p:]
-        with routing_control(model, routing, win_cache[:, p:] if replay else None), autocast():
+        with routing_control(model, routing, w.cache[:, p:] if w.cache is not None else None), autocast():
             out_r = model(
                 input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv, use_cache=True
             )
@@ -176,11 +196,11 @@ def _policy_forward(
 
         def rows(prompt_part: torch.Tensor, resp_part: torch.Tensor) -> torch.Tensor:
             d = prompt_part.shape[-1]
-            full = torch.cat([prompt_part.view(len(uniq), p, d)[inverse], resp_part.view(b, hi - P, d)], dim=1)
-            return full.reshape(b * (hi - lo), d)  # (b * w, d)
+            full = torch.cat([prompt_part.view(len(uniq), p, d)[inverse], resp_part.view(b, w.hi - w.P, d)], dim=1)
+            return full.reshape(b * (w.hi - w.lo), d)  # (b * w, d)
 
         if cap.num_calls != 2:
             raise RuntimeError(f"expected one router call per layer and forward, got {cap.num_calls}")
         router_logits = [rows(*calls) for calls in cap.logits_per_call]
         router_indices = [rows(*calls) for calls in cap.indices_per_call]
-    yield PolicyOutputs(logp, ent, router_logits, router_indices), (lo, hi)
+    yield PolicyOutputs(logp, ent, router_logits, router_indices), (w.lo, w.hi)
