@@ -50,7 +50,7 @@ def prepare_inputs(preset_path: str, model: str | None, data: str | None, work: 
     root = Path(__file__).resolve().parents[1] / "results" / name
     data_dir = Path(data) if data else root / "data" / "countdown"
     if not (data_dir / "train.jsonl").is_file():
-        cd = dict(spec.countdown() or {})
+        cd = dict(spec.section("countdown") or {})
         cd.update(train_size=2000, val_size=10, val_target_size=10)
         data_dir = work / "data"
         generate(CountdownConfig(**cd), data_dir)

@@ -154,11 +154,6 @@ class Preset:
         """The Countdown splits an evaluation scores and the tables report."""
         return list(self.evaluation("countdown").get("splits", COUNTDOWN_EVAL_SPLITS))
 
-    def countdown(self) -> Any:
-        """The `countdown:` section (the Countdown generator's settings), a copy; {} when absent."""
-        section = self.data.get("countdown")
-        return {} if section is None else copy.deepcopy(section)
-
     def pretraining(self) -> dict[str, Any]:
         """The `pretrain:` section, a copy; {} when the preset pretrains nothing."""
         return copy.deepcopy(dict(self.data.get("pretrain") or {}))

@@ -400,6 +400,10 @@ def test_cli_preset_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "o"), "--preset", str(preset)])
     assert "no top-level 'countdown:' mapping" in capsys.readouterr().err
+    preset.write_text("countdown:\n")  # present but empty (null): not a mapping
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "o"), "--preset", str(preset)])
+    assert "'countdown' must be a mapping, got NoneType" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "o"), "--preset", str(tmp_path / "nope.yaml")])
     assert "preset not found" in capsys.readouterr().err

@@ -124,7 +124,7 @@ def _countdown_section(path: str) -> dict:
     preset = Preset.load(p)
     if not preset.has("countdown"):
         raise ValueError(f"preset {p} has no top-level 'countdown:' mapping")
-    section = preset.countdown()
+    section = preset.section("countdown")
     if not isinstance(section, dict):
         raise ValueError(f"preset {p}: 'countdown' must be a mapping, got {type(section).__name__}")
     unknown = sorted(set(section) - set(_CLI_KEYS))
