@@ -32,12 +32,10 @@ targets without planning any pretrain, train or evaluate job (workflow/rules/com
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
 import lzma
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -105,7 +103,7 @@ def members_of(plan, results: Path, trials: Path | None = None) -> dict[str, Pat
 
 def _datasets(members: dict[str, Path], results: Path) -> dict[str, dict[str, Any]]:
     """The data files the runs and evaluations used: what MLflow's dataset inputs record."""
-    from rspo.mlflow_commands import repo_relative
+    from rspo.mlflow_sync import repo_relative
     from rspo.tracking import REPO_ROOT, file_dataset
 
     paths: set[str] = set()
@@ -352,47 +350,3 @@ def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dic
 
 
 # ---------------------------------------------------------------------------- command line
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rspo archive", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("pack", help="write DIR/archive.json and DIR/runs.tar.xz from results/<preset>")
-    p.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
-    p.add_argument("--out", required=True, help="archive folder")
-    p.add_argument("--results", default="", help="results folder (default: results/<preset>)")
-    p.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
-    p.add_argument("--families", nargs="+", help="these grid families instead of the preset's default_families")
-    p.add_argument("--trials", default="", help="also ship this trials.jsonl")
-    u = sub.add_parser("unpack", help="check an archive and write its files into results/<preset>")
-    u.add_argument("archive", help="archive folder (holding archive.json)")
-    u.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
-    u.add_argument("--into", default="", help="results folder (default: results/<preset>)")
-    v = sub.add_parser("verify", help="check an archive against the preset without writing anything")
-    v.add_argument("archive")
-    v.add_argument("--preset", required=True)
-    args = ap.parse_args(argv)
-    from rspo.config import ConfigError
-    from rspo.mlflow_commands import find_preset
-    from rspo.plan import Plan
-    from rspo.tracking import REPO_ROOT
-
-    try:
-        plan = Plan.from_file(
-            find_preset(args.preset), None, full=getattr(args, "full", False), families=getattr(args, "families", None)
-        )
-        results = REPO_ROOT / "results" / plan.name
-        if args.cmd == "pack":
-            m = pack(plan, Path(args.results) if args.results else results, args.out, args.trials or None)
-            size = m["bundle"]["bytes"]
-            print(json.dumps({"archive": args.out, "runs": len(m["runs"]), "files": len(m["members"]), "bytes": size}))
-        elif args.cmd == "unpack":
-            m = unpack(args.archive, plan.preset, Path(args.into) if args.into else results)
-            print(json.dumps({"unpacked": len(m["members"]), "into": str(Path(args.into) if args.into else results)}))
-        else:
-            m = verify(args.archive, plan.preset)
-            print(json.dumps({"archive": args.archive, "ok": True, "runs": len(m["runs"])}))
-    except (ArchiveError, ConfigError, OSError) as e:
-        print(f"rspo archive: {e}", file=sys.stderr)
-        return 2
-    return 0

@@ -23,7 +23,6 @@ training rewards and losses (they should agree: rollouts are seeded per row).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -253,41 +252,3 @@ def run_dp_bench(
         )
     lines.append("max |1 process - N processes| per step: " + ", ".join(f"{k} {v:.2g}" for k, v in diff.items()))
     return result, lines
-
-
-def add_workload_args(ap: argparse.ArgumentParser, *, steps: int, steps_help: str) -> None:
-    """The arguments `rspo bench` and `rspo speed` share: which model, data and preset, how many
-    measured steps, threads, where the JSON goes, and --quiet."""
-    ap.add_argument("--preset", default="configs/small.yaml")
-    ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
-    ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
-    ap.add_argument("--steps", type=int, default=steps, help=steps_help)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="rspo bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_workload_args(ap, steps=8, steps_help="measured steps per configuration (after 1 warm-up)")
-    ap.add_argument(
-        "--data-parallel",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also compare 1 process with N torchrun processes (0: skip)",
-    )
-    args = ap.parse_args(argv)
-    run_bench(
-        args.preset,
-        model=args.model,
-        data=args.data,
-        steps=args.steps,
-        threads=args.threads,
-        out=args.out,
-        data_parallel=args.data_parallel,
-        quiet=args.quiet,
-    )
-    return 0

@@ -1,8 +1,8 @@
 """`python -m rspo <command> ...`: the command-line interface that Snakemake rules call.
 
-Each command lives in its own module as `main(argv: list[str]) -> int` with its own
-argparse parser; this file only dispatches, importing the module lazily so that
-`python -m rspo --help` stays fast and a command's heavy imports are paid only when used.
+Each command lives in `rspo/commands/` as `main(argv: list[str]) -> int` with its own argparse
+parser; this file only dispatches, importing the module lazily so that `python -m rspo --help`
+stays fast and a command's heavy imports are paid only when used.
 """
 
 from __future__ import annotations
@@ -12,24 +12,24 @@ import sys
 
 # command -> "module:function"; `evaluate` takes a second word (the benchmark family).
 COMMANDS: dict[str, str] = {
-    "generate": "rspo.data.cli:generate_main",
-    "tokenizer": "rspo.tokenizer:main",
-    "pretrain": "rspo.pretrain:main",
-    "train": "rspo.train.cli:main",
-    "evaluate": "rspo.evaluate.cli:main",
-    "prepare": "rspo.data.cli:prepare_main",
-    "report": "rspo.report.cli:main",
-    "bench": "rspo.bench:main",
-    "speed": "rspo.speed:main",
-    "parity": "rspo.parity:main",
-    "sweep": "rspo.sweep:main",
-    "archive": "rspo.archive:main",
-    "fetch-model": "rspo.hub:main",
-    "plan-memory": "rspo.gpu_memory.cli:main",
-    "preflight": "rspo.gpu_memory.preflight:main",
-    "mlflow-init": "rspo.mlflow_commands:init_main",
-    "mlflow-sync": "rspo.mlflow_commands:sync_main",
-    "mlflow-ui": "rspo.mlflow_commands:ui_main",
+    "generate": "rspo.commands.data:generate_main",
+    "tokenizer": "rspo.commands.tokenizer:main",
+    "pretrain": "rspo.commands.pretrain:main",
+    "train": "rspo.commands.train:main",
+    "evaluate": "rspo.commands.evaluate:main",
+    "prepare": "rspo.commands.data:prepare_main",
+    "report": "rspo.commands.report:main",
+    "bench": "rspo.commands.bench:main",
+    "speed": "rspo.commands.speed:main",
+    "parity": "rspo.commands.parity:main",
+    "sweep": "rspo.commands.sweep:main",
+    "archive": "rspo.commands.archive:main",
+    "fetch-model": "rspo.commands.fetch_model:main",
+    "plan-memory": "rspo.commands.plan_memory:main",
+    "preflight": "rspo.commands.preflight:main",
+    "mlflow-init": "rspo.commands.mlflow:init_main",
+    "mlflow-sync": "rspo.commands.mlflow:sync_main",
+    "mlflow-ui": "rspo.commands.mlflow:ui_main",
 }
 
 HELP = """usage: python -m rspo <command> [args...]

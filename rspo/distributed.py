@@ -359,3 +359,19 @@ def fail_together(
     finally:
         if d.enabled:
             signal.signal(signal.SIGTERM, previous)
+
+
+GPU_ENVIRONMENT = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0"}
+"""The GPU jobs' allocator and NCCL settings: rollout and training alternate on one GPU (vLLM turns
+expandable segments off around its own pool); NVLink SHARP buffers cost GPU memory per communicator."""
+
+
+def gpu_environment(env=None) -> dict[str, str]:
+    """Set the GPU jobs' allocator and NCCL settings where they are not set (before CUDA starts);
+    -> what was set."""
+    import os
+
+    env = os.environ if env is None else env
+    added = {k: v for k, v in GPU_ENVIRONMENT.items() if k not in env}
+    env.update(added)
+    return added

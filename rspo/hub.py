@@ -23,11 +23,9 @@ Only what a checkpoint needs is fetched (``PATTERNS``: JSON configs, tokenizer f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,21 +149,3 @@ def _local_dir_commit(out: Path) -> str | None:
         if first:
             return first[0].strip()
     return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rspo fetch-model", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="hub id, e.g. Qwen/Qwen3-30B-A3B")
-    ap.add_argument("--out", required=True, help="the local model folder to make")
-    ap.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
-    args = ap.parse_args(argv)
-    if not is_hub_id(args.model):
-        print(f"rspo fetch-model: {args.model!r} is not a hub id (ORG/NAME)", file=sys.stderr)
-        return 2
-    try:
-        marker = fetch_model(args.model, args.out, args.revision)
-    except ModelFetchError as e:
-        print(f"rspo fetch-model: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps({k: marker[k] for k in ("repo_id", "commit", "from", "bytes")}))
-    return 0

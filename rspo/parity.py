@@ -17,7 +17,7 @@ study's runs, on the prompts of ``rspo.data.countdown.format_prompt`` in the pre
 Differences that remain (TRL's, not ours to change): TRL samples with ``model.generate``, draws
 its own prompt order, and normalises advantages with a 1e-4 std floor (ours 1e-6).
 
-The final model is evaluated exactly like the study's runs (``rspo.evaluate.cli.evaluate_countdown``
+The final model is evaluated exactly like the study's runs (``rspo.evaluate.run.evaluate_countdown``
 with the preset's ``eval.countdown`` settings: greedy, the same splits and problems), and so is
 the base model, into ``<out>/countdown.json`` and ``<out>/base_countdown.json``; ``<out>/parity.json``
 holds both, TRL's per-step log (reward, ``frac_reward_zero_std``, entropy) and the wall time.
@@ -31,9 +31,7 @@ preset's GMPO values (default 0.4, ``rspo.losses.DEFAULT_CLIP``) and the preset'
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,7 +154,7 @@ def run_parity(
     import torch
     from trl import GRPOTrainer
 
-    from rspo.evaluate.cli import evaluate_countdown
+    from rspo.evaluate.run import evaluate_countdown
     from rspo.grid import load_train_config
     from rspo.jsonl import write_json_atomic
     from rspo.models import load_model, load_tokenizer_checked, save_checkpoint, set_threads
@@ -222,30 +220,3 @@ def run_parity(
     }
     write_json_atomic(summary, out_dir / "parity.json")
     return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="rspo parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--base-model", required=True)
-    ap.add_argument("--data", required=True, help="the generated Countdown folder")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--trainer", choices=list(TRAINERS), default="trl-grpo", help="TRL GRPO, or RSPO through TRL")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="rl override")
-    args = ap.parse_args(argv)
-    s = run_parity(
-        args.preset,
-        args.base_model,
-        args.data,
-        args.out,
-        seed=args.seed,
-        threads=args.threads,
-        overrides=args.overrides,
-        trainer=args.trainer,
-    )
-    print(json.dumps({k: s[k] for k in ("base_accuracy", "final_accuracy", "wall_time_s")}), file=sys.stdout)
-    return 0

@@ -29,7 +29,6 @@ rspo.chat); with thinking on, the completion is a short thinking block, then the
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -224,37 +223,6 @@ def heldout_accuracy(
         "n": len(scored),
         "reasons": reason_counts(scored),
     }
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="rspo pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--task", default="countdown", choices=["countdown", "math", "code"])
-    ap.add_argument("--data", required=True, help="countdown: the generated folder; math/code: train.jsonl")
-    ap.add_argument("--tokenizer", default=None, help="tokenizer folder (countdown); math/code train one")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    ap.add_argument("--no-mlflow", action="store_true")
-    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (testing resume)")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError
-
-    try:
-        preset = Preset.load(args.preset)
-        p = pretrain_settings(preset, args.overrides)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"rspo pretrain: {e}", file=sys.stderr)
-        return 2
-    run_pretraining(preset, p, args)
-    return 0
 
 
 def task_prompt_format(preset: Preset, task: str, tok) -> Any:

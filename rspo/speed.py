@@ -38,7 +38,6 @@ installs it). Run it alone on the machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -389,33 +388,3 @@ def run_speed(
         Path(out).write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary))
     return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="rspo speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    from rspo.bench import add_workload_args
-
-    add_workload_args(ap, steps=5, steps_help="measured RL steps per contender (after 1 warm-up)")
-    ap.add_argument(
-        "--deep-layers", type=int, default=12, help="second table: random-init model of this depth (0: skip)"
-    )
-    ap.add_argument(
-        "--contenders",
-        default=",".join(CONTENDERS),
-        help=f"comma-separated subset of {','.join(CONTENDERS)} (rspo always; default all)",
-    )
-    args = ap.parse_args(argv)
-    run_speed(
-        args.preset,
-        model=args.model,
-        data=args.data,
-        steps=args.steps,
-        threads=args.threads,
-        deep_layers=args.deep_layers,
-        out=args.out,
-        contenders=tuple(c.strip() for c in args.contenders.split(",")),
-        quiet=args.quiet,
-    )
-    return 0

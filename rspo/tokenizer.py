@@ -1,4 +1,4 @@
-"""Countdown tokenizer (`python -m rspo tokenizer --out DIR`), built locally, no download.
+"""Countdown tokenizer (`python -m rspo tokenizer --out DIR`: rspo.commands.tokenizer), built locally, no download.
 
 A word-level `tokenizers` model over a fixed vocabulary:
 - special tokens `<pad>` (id 0), `<bos>` (1), `<eos>` (2), `<unk>` (3);
@@ -30,13 +30,11 @@ as is.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
 import string
-import sys
 from pathlib import Path
 
 __all__ = [
@@ -46,7 +44,7 @@ __all__ = [
     "save_tokenizer",
     "load_tokenizer",
     "tokenizer_fingerprint",
-    "main",
+    "token_stats",
 ]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -150,7 +148,7 @@ def tokenizer_fingerprint(tok) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def _token_stats(tok, data: Path, style: str, limit: int) -> dict:
+def token_stats(tok, data: Path, style: str, limit: int) -> dict:
     """Round-trip check and tokens per example (prompt + completion + eos) on a split file."""
     from rspo.data.countdown import format_completion, format_prompt, load_split
 
@@ -173,32 +171,3 @@ def _token_stats(tok, data: Path, style: str, limit: int) -> dict:
         "tokens_mean": round(sum(lengths) / len(lengths), 2),
         "tokens_max": max(lengths),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rspo.data.countdown import STYLES
-
-    ap = argparse.ArgumentParser(
-        prog="python -m rspo tokenizer",
-        description="Build the Countdown tokenizer and save it with save_pretrained.",
-    )
-    ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument(
-        "--style",
-        default="steps",
-        choices=STYLES,
-        help="text style whose token counts are reported with --data (default steps)",
-    )
-    ap.add_argument("--data", help="optional split JSONL: check round-trips, report tokens/example")
-    ap.add_argument("--limit", type=int, default=10_000, help="records of --data to check")
-    args = ap.parse_args(argv)
-    tok = save_tokenizer(args.out)
-    summary = {"out": str(args.out), "vocab_size": len(tok), "fingerprint": tokenizer_fingerprint(tok)}
-    if args.data:
-        try:
-            summary.update(_token_stats(tok, Path(args.data), args.style, args.limit))
-        except (ValueError, FileNotFoundError) as e:
-            print(f"rspo tokenizer: {e}", file=sys.stderr)
-            return 2
-    print(json.dumps(summary))
-    return 0

@@ -28,7 +28,7 @@ What the UI shows:
   bytes (sha256, streamed, so a 240k-row split is never loaded), the file as a ``local`` source
   and a profile with its rows, bytes and full sha256.
 - ``report_run`` is the one run per preset named ``report`` that holds every figure and table
-  (rspo.report.cli ``--mlflow``).
+  (rspo.commands.report ``--mlflow``).
 """
 
 from __future__ import annotations

@@ -97,12 +97,12 @@ def run_metrics_url(runs_url: str, args, port: int) -> str:
     from mlflow.tracking import MlflowClient
 
     sys.path.insert(0, str(ROOT))
-    from rspo.mlflow_commands import _preset_store
+    from rspo.commands.mlflow import preset_store
 
     if args.uri:
         uri, experiment = args.uri, args.experiment
     else:
-        _, experiment, uri = _preset_store(args.preset, shipped=args.shipped)
+        _, experiment, uri = preset_store(args.preset, shipped=args.shipped)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{args.run}'", max_results=1)

@@ -82,7 +82,7 @@ def fail_on_rank(rank: int, slow_rank: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from rspo.train.cli import main
+    from rspo.commands.train import main
 
     assert hasattr(trainer, "task_for"), "rspo.train.trainer no longer builds its task with task_for"
     trainer.task_for = lambda cfg_data, tokenizer: digit_task(cfg_data.task, cfg_data.prompt_format)

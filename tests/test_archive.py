@@ -17,7 +17,8 @@ import pytest
 from test_report import write_fake_results
 from test_workflow import job_counts, make_workspace, snakemake
 
-from rspo.archive import ArchiveError, main, pack, read_manifest, unpack, verify
+from rspo.archive import ArchiveError, pack, read_manifest, unpack, verify
+from rspo.commands.archive import main
 from rspo.grid import load_train_config
 from rspo.plan import Plan
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rspo.bench import main
+from rspo.commands.bench import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_bench_records_per_step_throughput_ratios(tmp_path):
 def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
     """rspo speed with the contenders that need no optional package: ours, the raw training loop
     and generate, alternating, on the smoke model and a deeper random-init copy."""
-    from rspo.speed import main as speed_main
+    from rspo.commands.speed import main as speed_main
 
     out = tmp_path / "speed.json"
     assert (
@@ -93,7 +93,7 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
 def test_speed_against_trl(capsys):
     """The TRL contender (the `bench` extra; `make bench` installs it)."""
     pytest.importorskip("trl", reason="TRL is the optional `bench` extra (pip install -e '.[bench]')")
-    from rspo.speed import main as speed_main
+    from rspo.commands.speed import main as speed_main
 
     assert (
         speed_main(

@@ -109,7 +109,7 @@ def test_on_a_cpu_sleep_mode_is_skipped_with_one_log_line(caplog):
 
 
 def test_an_evaluation_engine_spans_the_jobs_gpus():
-    from rspo.evaluate.cli import engine_tensor_parallel
+    from rspo.evaluate.run import engine_tensor_parallel
 
     assert engine_tensor_parallel("auto", "hf") == 1
     assert engine_tensor_parallel("auto", "vllm") == (torch.cuda.device_count() if torch.cuda.is_available() else 1)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rspo.data.countdown as cd
-from rspo.data.cli import generate_main as main
+from rspo.commands.data import generate_main as main
 from rspo.data.countdown import (
     CountdownConfig,
     dfs_search_path,

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
+from rspo.commands.data import prepare_main
 from rspo.data import code as c
-from rspo.data.cli import prepare_main
 
 FX = "tests/fixtures/code"
 

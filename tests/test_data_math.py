@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rspo.commands.data import prepare_main
 from rspo.data import math as m
-from rspo.data.cli import prepare_main
 
 FIXTURE = "tests/fixtures/math/deepscaler_sample.json"
 

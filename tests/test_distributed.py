@@ -299,7 +299,7 @@ def test_state_on_the_host_next_to_a_gpu_gets_a_cpu_backend_beside_nccl():
 
 
 def test_gpu_jobs_set_the_allocator_and_nccl_unless_told_otherwise():
-    from rspo.train.cli import gpu_environment
+    from rspo.distributed import gpu_environment
 
     env = {"NCCL_NVLS_ENABLE": "1"}
     assert gpu_environment(env) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}

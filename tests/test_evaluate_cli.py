@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rspo.evaluate.cli import main as evaluate
+from rspo.commands.evaluate import main as evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"

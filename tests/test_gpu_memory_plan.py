@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rspo.gpu_memory import cli
+from rspo.commands import plan_memory as cli
 from rspo.gpu_memory import plan as MP
 from rspo.gpu_memory.phases import PHASES
 from rspo.gpu_memory.shape import PlanError, model_shape

@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         ["rspo.tasks", "rspo.tracking", "rspo.gpu_memory.shape", "rspo.gpu_memory.plan"],
     ),
     (
-        "programs (one per command)",
+        "the library's programs: what each command does",
         [
             "rspo.pretrain",
             "rspo.train",
@@ -55,15 +55,20 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.speed",
             "rspo.parity",
             "rspo.sweep",
-            "rspo.mlflow_commands",
+            "rspo.mlflow_sync",
             "rspo.archive",
             "rspo.gpu_memory.simulate",
             "rspo.gpu_memory.preflight",
-            "rspo.gpu_memory.cli",
         ],
     ),
+    ("the commands: parse, load, call the library", ["rspo.commands", "rspo.commands.*"]),
     ("the command dispatcher", ["rspo.cli", "rspo.__main__"]),
 ]
+
+ENTRY_POINTS = {"rspo.cli", "rspo.__main__", "rspo.rewards.harness", "rspo.gpu_memory.simulate"}
+"""Modules outside rspo.commands that hold a `main()`: the dispatcher, the program the code sandbox
+runs (rspo.rewards.harness, a standalone script inside the sandbox) and the simulation's worker that
+the memory plan launches under torchrun (`python -m rspo.gpu_memory.simulate`)."""
 
 
 def module_name(path: Path) -> str:
@@ -229,10 +234,49 @@ def test_no_module_uses_another_modules_private_names():
     )
 
 
+def commands_defined_in(module: str) -> list[str]:
+    """A top-level `main` function and `argparse.ArgumentParser(...)` calls in ``module`` (worker
+    loops of the library's own processes, such as rspo.rewards.pool's, are not command lines)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: def {node.name}"
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "main"
+    ]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "ArgumentParser":
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: argparse.ArgumentParser")
+    return found
+
+
+def test_the_command_lines_live_in_rspo_commands():
+    """A command's `main()` and parser are in rspo/commands/; the library defines neither (the
+    entry points in ENTRY_POINTS aside), and every command of the dispatcher is a module there."""
+    from rspo.cli import COMMANDS
+
+    found = [
+        hit
+        for m in sorted(MODULES)
+        if not (m == "rspo.commands" or m.startswith("rspo.commands.")) and m not in ENTRY_POINTS
+        for hit in commands_defined_in(m)
+    ]
+    assert not found, "command lines outside rspo/commands/ (move them there):\n" + "\n".join(found)
+    outside = {name: target for name, target in COMMANDS.items() if not target.startswith("rspo.commands.")}
+    assert not outside, f"commands dispatched outside rspo.commands: {outside}"
+    assert commands_defined_in("rspo.bench") == [] and commands_defined_in("rspo.commands.bench")
+
+
 def test_cycle_and_floor_checks_catch_offenders():
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 1}}) is None
-    assert floor("rspo.jsonl") < floor("rspo.tasks") < floor("rspo.evaluate.cli") < floor("rspo.cli")
+    assert (
+        floor("rspo.jsonl")
+        < floor("rspo.tasks")
+        < floor("rspo.evaluate.run")
+        < floor("rspo.commands.evaluate")
+        < floor("rspo.cli")
+    )
 
 
 def test_docs_architecture_lists_the_floors_of_this_file():

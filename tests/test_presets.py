@@ -263,7 +263,7 @@ def test_paper_large_evaluates_table1_as_its_numbers_were_measured(name, task):
     for key in ("template", "enable_thinking", "temperature", "top_p", "top_k", "max_new_tokens", "seed"):
         assert SOURCED.search(_commented(name, rf"^    {key}:")), key
     assert (p["rl"]["data"]["template"], p["rl"]["data"]["enable_thinking"]) == ("chat", True)
-    from rspo.evaluate.cli import decoding_of
+    from rspo.evaluate.run import decoding_of
 
     d = decoding_of(e, task)
     assert d.samples_for("aime24") == (32 if task == "math" else 1) and not d.greedy

@@ -41,7 +41,7 @@ def setup(tmp_path_factory):
 
 
 def _run(setup, out, *extra):
-    from rspo.pretrain import main
+    from rspo.commands.pretrain import main
 
     root, preset = setup
     return main(
@@ -102,8 +102,8 @@ def test_killed_pretraining_resumes_to_the_same_weights(setup, tmp_path):
 
 
 def test_bad_inputs_are_clear_errors(setup, tmp_path, capsys):
+    from rspo.commands.pretrain import main
     from rspo.models import load_tokenizer_checked
-    from rspo.pretrain import main
 
     root, preset = setup
     assert (
@@ -146,7 +146,7 @@ def test_bad_inputs_are_clear_errors(setup, tmp_path, capsys):
 
 
 def test_evaluate_countdown_writes_accuracy_reasons_and_samples(setup, tmp_path):
-    from rspo.evaluate.cli import main
+    from rspo.commands.evaluate import main
 
     root, preset = setup
     out = tmp_path / "base"
@@ -193,7 +193,7 @@ def test_pretraining_and_evaluation_in_a_log_write_parseable_progress_lines(setu
     """Not a terminal: pretraining writes a line per step here (20 steps < 100) with the loss, the
     last one with the held-out accuracy; evaluation a line per batch of each split, ending with
     the split's accuracy; --quiet silences both."""
-    from rspo.evaluate.cli import main as evaluate
+    from rspo.commands.evaluate import main as evaluate
     from rspo.progress import parse_line
 
     root, preset = setup

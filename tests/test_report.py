@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from rspo.commands.report import main as report_main
 from rspo.plan import FIGURES, Plan
 from rspo.report import reference as ref
 from rspo.report import tables
-from rspo.report.cli import main as report_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

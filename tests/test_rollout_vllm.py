@@ -122,8 +122,8 @@ def test_rspo_train_syncs_without_gradients_and_resumes_before_the_engine_starts
 
     import rspo.rollout.vllm as V
     import rspo.train.checkpoint as C
+    from rspo.commands import train as cli
     from rspo.tokenizer import build_tokenizer as tok_builder
-    from rspo.train import cli
     from rspo.train.trainer import Trainer
 
     events = []

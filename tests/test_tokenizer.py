@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from rspo.commands.tokenizer import main
 from rspo.data.countdown import (
     STYLES,
     CountdownConfig,
@@ -21,7 +22,6 @@ from rspo.tokenizer import (
     WORDS,
     build_tokenizer,
     load_tokenizer,
-    main,
     save_tokenizer,
     tokenizer_fingerprint,
 )
@@ -151,7 +151,7 @@ def test_fingerprint_detects_other_vocab_and_ignores_padding():
 
 
 def test_cli(tmp_path, capsys):
-    from rspo.data.cli import generate_main
+    from rspo.commands.data import generate_main
 
     assert (
         generate_main(

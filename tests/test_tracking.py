@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rspo import mlflow_commands, tracking
+from rspo import tracking
+from rspo.commands import mlflow as mlflow_commands
 from rspo.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, ensure_experiment, file_dataset
 
 ROOT = Path(__file__).resolve().parents[1]

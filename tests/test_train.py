@@ -195,7 +195,7 @@ def test_bad_base_model_is_a_clear_error(assets, tmp_path):
 
 
 def test_cli_config_errors_name_the_key(assets, tmp_path, capsys):
-    from rspo.train.cli import main
+    from rspo.commands.train import main
 
     root = Path(__file__).resolve().parents[1]
     rc = main(
@@ -228,7 +228,7 @@ def test_cli_config_errors_name_the_key(assets, tmp_path, capsys):
 def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from rspo.train.cli import main
+    from rspo.commands.train import main
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -267,8 +267,8 @@ def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):
 def test_cli_run_in_a_log_writes_one_parseable_progress_line_per_step(assets, tmp_path, capsys):
     """Not a terminal (pytest captures stderr, as a Snakemake log does): one plain line per step,
     plus the validation before the first step, with the numbers of metrics.jsonl; --quiet: none."""
+    from rspo.commands.train import main
     from rspo.progress import parse_line
-    from rspo.train.cli import main
 
     preset = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 

@@ -27,7 +27,6 @@ The last line is JSON: ``{"preset", "device", "engine", "layers", "fits", "measu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -125,13 +124,11 @@ def _standin_factory(cfg, config):
     return factory
 
 
-def _launch(stage: str, args, world: int, argv: list[str]) -> None:
+def launch_stage(stage: str, args, world: int, argv: list[str]) -> None:
     cmd = [sys.executable]
     if world > 1:
         cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world)]
-        cmd += ["-m", "rspo.gpu_memory.preflight"]
-    else:
-        cmd += ["-m", "rspo.gpu_memory.preflight"]
+    cmd += ["-m", "rspo", "preflight"]
     r = subprocess.run([*cmd, *argv, "--stage", stage, "--out", args.out], text=True)
     if r.returncode != 0:
         raise RuntimeError(f"rspo preflight: the {stage} stage failed (exit {r.returncode}); its log is above")
@@ -190,68 +187,16 @@ def report(args, world: int) -> dict[str, Any]:
     }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rspo preflight", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--task", default=None, help="the preset's task to measure (default: its first)")
-    ap.add_argument("--layers", type=int, default=2, help="decoder layers of the model measured (default 2)")
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    ap.add_argument("--hub-dir", default="results/hub")
-    ap.add_argument("--gpu-gib", type=float, default=79.65, help="on a CPU: the GPU the plan is made for")
-    ap.add_argument("--out", default=None, help="a scratch folder (default: a temporary one)")
-    ap.add_argument("--stage", choices=STAGES, default=None, help=argparse.SUPPRESS)
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError, load_preset
-    from rspo.plan import Plan
-
-    try:
-        plan = Plan(load_preset(args.preset))
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"rspo preflight: {e}", file=sys.stderr)
-        return 2
-    args.task = args.task or next(iter(plan.tasks))
-    if args.stage:  # one stage, in this process (or this rank)
-        run_stage(args.stage, args)
-        return 0
-    from rspo.train.cli import gpu_environment
+def run_stages(args, world: int, argv: list[str]) -> dict[str, Any]:
+    """Both stages, each in a process of its own (under torchrun with ``world`` processes when
+    the preset trains that way), launched as `python -m rspo preflight ARGV --stage S`; -> the
+    report. ``argv`` is the command's own arguments without ``--out``."""
+    from rspo.distributed import gpu_environment
 
     gpu_environment()
-    world = max(1, int(plan.resources("train")["processes"]))
-    passed = [a for a in argv if a not in ("--out",)]
-    if "--out" in argv:
-        i = argv.index("--out")
-        passed = argv[:i] + argv[i + 2 :]
     with tempfile.TemporaryDirectory(prefix="rspo-preflight-") as tmp:
         args.out = args.out or tmp
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        try:
-            for stage in STAGES:
-                _launch(stage, args, world, passed)
-        except RuntimeError as e:
-            print(str(e), file=sys.stderr)
-            return 1
-        result = report(args, world)
-    print(
-        f"rspo preflight: {result['preset']} on {result['device']} ({result['engine']}), model cut to "
-        f"{result['layers']} of {result['full_layers']} layers; GiB per phase, measured and scaled to the "
-        f"full depth, beside the plan:"
-    )
-    for ph, got in result["measured"].items():
-        plan_v = result["planned"].get(ph)
-        print(f"  {ph:16s} measured {got:8.2f}   planned {plan_v if plan_v is not None else '-':>8}")
-    verdict = "fits" if result["fits"] else "does NOT fit"
-    print(
-        f"  step {result['step_s_estimate']} s (estimated at full depth), run {result['run_h_estimate']} h; "
-        f"{verdict} ({result['margin_gib']} GiB to spare of {result['limit_gib']})"
-    )
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        for stage in STAGES:
+            launch_stage(stage, args, world, argv)
+        return report(args, world)

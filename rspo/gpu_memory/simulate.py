@@ -475,6 +475,28 @@ def task_inputs(preset_path: str, task: str, hub_dir: str, layers: int = 0, over
     return cfg, config, world
 
 
+def simulated_beside_plan(preset_path: str, gpu_gib: float, hub_dir: str, layers: int = 0) -> dict[str, dict]:
+    """{"simulated": {phase: GiB}, "planned_tensors": {phase: GiB}}: the trainer's step on fake
+    tensors and the plan's tensor terms of the same model (cut to ``layers`` when > 0), max over tasks."""
+    from rspo.config import load_preset
+    from rspo.gpu_memory.plan import plan_run, preset_setup
+    from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
+
+    preset = load_preset(preset_path)
+    sims = run_preset(preset_path, gpu_gib, hub_dir, layers)
+    sim: dict[str, float] = {}
+    planned: dict[str, float] = {}
+    for task, peaks in sims.items():
+        cfg, config, _ = task_inputs(preset_path, task, hub_dir, layers)
+        shape = shape_from_config(f"{task} model", config, dtype_bytes(str(getattr(config, "dtype", "bfloat16"))))
+        plan = plan_run(cfg, shape, preset_setup(preset, gpu_gib), task)
+        for ph in plan.phases:
+            if ph.name in peaks:
+                sim[ph.name] = round(max(sim.get(ph.name, 0.0), peaks[ph.name]), 2)
+                planned[ph.name] = round(max(planned.get(ph.name, 0.0), ph.tensors / GIB), 2)
+    return {"simulated": sim, "planned_tensors": planned}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rspo.gpu_memory.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", required=True)

@@ -475,3 +475,22 @@ def write(table: Table, out_md: str | Path) -> tuple[Path, Path]:
     out_md.write_text(table.to_markdown())
     tex.write_text(table.to_latex())
     return out_md, tex
+
+
+def table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
+    """MLflow names of the evaluation runs a table reads (eval-<task>-<model label>)."""
+    import json
+    from pathlib import Path
+
+    from rspo.tracking import eval_run_name
+
+    out = []
+    for task, runs in plan.table_runs(name).items():
+        for run in ["base"] + runs:
+            path = Path(eval_dir or ".") / run / f"{task}.json"
+            try:
+                model = json.loads(path.read_text()).get("model") or run
+            except (OSError, ValueError, AttributeError):
+                model = run
+            out.append(eval_run_name(task, str(model)))
+    return out

@@ -1,5 +1,5 @@
 """Countdown data: generator, split loader and text formats (`python -m rspo generate`, whose
-command line lives in rspo/data/cli.py).
+command line lives in rspo/commands/data.py).
 
 Modules: ``solver`` (the exhaustive search, scalar and vectorised), ``traces`` (the DFS and
 optimal-path traces, rating, records, and the text formats for training), ``generator``

@@ -18,7 +18,8 @@ runtime) the run stops before the limit, writes a checkpoint and exits with code
 retries resubmit it and it resumes (rspo.train.time_limit). SIGUSR1 asks for the same stop.
 On GPUs the process sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (rollout and training
 alternate on one GPU; vLLM turns it off around its own pool) and ``NCCL_NVLS_ENABLE=0`` (NVLink
-SHARP buffers cost GPU memory per communicator) unless they are set already.
+SHARP buffers cost GPU memory per communicator) unless they are set already
+(rspo.distributed.gpu_environment).
 
 Progress (rank 0; off with ``--quiet``): a bar on a terminal, else one line per step in the log,
 ``[train <run>] step 12/80 (15%) elapsed 0:00:14 eta 0:01:19 s/step 1.12 reward 0.531 val - ...``
@@ -76,22 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-GPU_ENVIRONMENT = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0"}
-
-
-def gpu_environment(env=None) -> dict[str, str]:
-    """Set the GPU jobs' allocator and NCCL settings where they are not set (before CUDA starts);
-    -> what was set."""
-    import os
-
-    env = os.environ if env is None else env
-    added = {k: v for k, v in GPU_ENVIRONMENT.items() if k not in env}
-    env.update(added)
-    return added
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from rspo.distributed import gpu_environment
+
     gpu_environment()  # harmless on a CPU: nothing reads them there
     from rspo.config import ConfigError
     from rspo.grid import load_train_config

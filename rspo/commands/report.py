@@ -56,26 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
-    """MLflow names of the evaluation runs a table reads (eval-<task>-<model label>)."""
-    import json
-    from pathlib import Path
-
-    from rspo.tracking import eval_run_name
-
-    out = []
-    for task, runs in plan.table_runs(name).items():
-        for run in ["base"] + runs:
-            path = Path(eval_dir or ".") / run / f"{task}.json"
-            try:
-                model = json.loads(path.read_text()).get("model") or run
-            except (OSError, ValueError, AttributeError):
-                model = run
-            out.append(eval_run_name(task, str(model)))
-    return out
-
-
-def _log_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -> None:
+def log_to_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -> None:
     from rspo.tracking import default_tracking_uri, experiment_name, log_report
 
     experiment = experiment_name(plan.spec)
@@ -94,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             pdf, png = build_figure(args.name, plan, args.runs_dir, args.out, runs=args.runs)
             print(f"wrote {pdf} and {png}")
             if args.mlflow:
-                _log_mlflow(plan, args.name, [png, pdf], list(args.runs or plan.figure_runs(args.name)))
+                log_to_mlflow(plan, args.name, [png, pdf], list(args.runs or plan.figure_runs(args.name)))
             return 0
         from rspo.report import tables
 
@@ -118,12 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         md, tex = tables.write(table, args.out)
         print(f"wrote {md} and {tex}")
         if args.mlflow:
-            _log_mlflow(plan, args.name, [md, tex], table_sources(plan, args.name, args.eval_dir))
+            log_to_mlflow(plan, args.name, [md, tex], tables.table_sources(plan, args.name, args.eval_dir))
         return 0
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"rspo report: error: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -1,7 +1,8 @@
-"""rspo.mlflow_commands: `mlflow-sync` records in the store what the result files hold and the store
-lacks (and a second sync writes nothing), fills a run a job left incomplete without duplicating
-it, refuses a missing results folder; and a train job whose tracking server dies mid-run finishes
-with a complete run folder, after which `mlflow-sync` records everything it missed."""
+"""rspo.mlflow_sync, through its command `mlflow-sync` (rspo.commands.mlflow): a sync records in the
+store what the result files hold and the store lacks (and a second sync writes nothing), fills a run
+a job left incomplete without duplicating it, refuses a missing results folder; and a train job
+whose tracking server dies mid-run finishes with a complete run folder, after which `mlflow-sync`
+records everything it missed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from mlflow_server import MlflowServer
 from tiny_moe import make_train_assets, train_args
 
-from rspo.mlflow_commands import sync_main
+from rspo.commands.mlflow import sync_main
 from rspo.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
-"""`python -m rspo evaluate countdown|math|code`: score a checkpoint, write JSON, log to MLflow.
+"""Evaluating a checkpoint (`python -m rspo evaluate countdown|math|code`, whose command line is
+rspo.commands.evaluate): score it, write JSON, log to MLflow.
 
     python -m rspo evaluate countdown --preset configs/small.yaml --model results/small/runs/grpo-s0/final \
         --data results/small/data/countdown --out results/small/eval/grpo-s0/countdown.json
@@ -26,48 +27,18 @@ ends with a line that carries its accuracy (``acc``).
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from rspo.preset import COUNTDOWN_EVAL_SPLITS, Preset
 
 
-def _parser(family: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=f"rspo evaluate {family}")
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--model", required=True, help="checkpoint folder (or hub id)")
-    ap.add_argument("--out", required=True, help="output JSON")
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--n", type=int, default=None, help="samples per prompt")
-    ap.add_argument("--limit", type=int, default=None, help="problems per benchmark/split (0 = all)")
-    ap.add_argument("--max-new-tokens", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=None, help="sampling seed (math/code; default the preset's, else 0)")
-    ap.add_argument("--backend", default=None, help="hf | vllm (default: the preset's rl.rollout.backend)")
-    ap.add_argument("--no-mlflow", action="store_true")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
-    if family == "countdown":
-        ap.add_argument("--data", required=True, help="the generated Countdown folder")
-        ap.add_argument("--splits", nargs="+", default=None)
-    else:
-        ap.add_argument("--benchmarks", nargs="+", default=None)
-    return ap
-
-
-def _settings(preset: Preset, family: str, args) -> dict[str, Any]:
+def evaluation_settings(preset: Preset, family: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The family's evaluation settings: the preset's ``eval.<family>``, then ``overrides`` (the
+    command's flags that were given), then the engine, precision and device of the preset's runs
+    where the evaluation names none."""
     s = preset.evaluation(family)
-    for key in ("temperature", "n", "limit", "max_new_tokens", "backend", "seed"):
-        v = getattr(args, key, None)
-        if v is not None:
-            s[key] = v
-    if getattr(args, "splits", None):
-        s["splits"] = args.splits
-    if getattr(args, "benchmarks", None):
-        s["benchmarks"] = args.benchmarks
+    s.update(overrides or {})
     # the runs' engine, precision and device (rl, or with the task's overlay)
     runs = preset.rl(family)
     s.setdefault("backend", runs.rollout.backend)
@@ -252,13 +223,14 @@ def evaluate_suite(family: str, model: str, settings: dict[str, Any], progress: 
     return result
 
 
-def _log_mlflow(
+def log_evaluation(
     preset: Preset,
     family: str,
     model_dir: str,
     result: dict[str, Any],
     datasets: list[tuple[str, str]] | None = None,
 ) -> None:
+    """The evaluation as an MLflow run of the preset's experiment (its metrics, datasets and tags)."""
     from rspo.tracking import Tracker, default_tracking_uri, eval_run_key, eval_run_name, experiment_name
 
     name = preset.name
@@ -285,44 +257,3 @@ def _log_mlflow(
             metrics[f"eval/{family}/average"] = result["average"]
     tracker.log_metrics(metrics, 0)
     tracker.end("FINISHED")
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(argv or [])
-    families = ("countdown", "math", "code")
-    if not argv or argv[0] not in families:
-        print(
-            f"usage: python -m rspo evaluate {{{'|'.join(families)}}} --preset P --model DIR --out FILE ...",
-            file=sys.stderr,
-        )
-        return 2
-    family = argv[0]
-    args = _parser(family).parse_args(argv[1:])
-    from rspo.models import set_threads
-    from rspo.tracking import model_label
-
-    set_threads(args.threads)
-    preset = Preset.load(args.preset)
-    settings = _settings(preset, family, args)
-    t0 = time.time()
-    progress = PhaseProgress(f"eval {family} {model_label(args.model)}", args.quiet)
-    datasets: list[tuple[str, str]] = []
-    if family == "countdown":
-        fmt = preset.rl().data.prompt_format
-        result = evaluate_countdown(args.model, args.data, settings, fmt, progress)
-        datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
-    else:
-        result = evaluate_suite(family, args.model, settings, progress)
-    result["wall_time_s"] = time.time() - t0
-    from rspo.jsonl import write_json_atomic
-
-    write_json_atomic(result, args.out)
-    if not args.no_mlflow:
-        _log_mlflow(preset, family, args.model, result, datasets)
-    summary = (
-        {s: r["accuracy"] for s, r in result["splits"].items()}
-        if family == "countdown"
-        else {"average": result.get("average")}
-    )
-    print(json.dumps(summary))
-    return 0

@@ -1,6 +1,6 @@
 """`python -m rspo plan-memory`: what one GPU (and one node's host memory) holds in each phase of a
 preset's training step, term by term with its formula, checked against a GPU's memory before any
-GPU hour is spent (rspo.gpu_memory.plan).
+GPU hour is spent (rspo.gpu_memory.plan; the simulation: rspo.gpu_memory.simulate).
 
     python -m rspo plan-memory --preset configs/paper_large_math.yaml --gpu h100-80gb
     python -m rspo plan-memory --preset configs/paper_small.yaml --gpu-gib 40
@@ -23,31 +23,9 @@ import argparse
 import json
 import sys
 
-from rspo.gpu_memory.plan import GIB, GPUS, PlanError, plan_preset, plan_run, preset_setup, render, summary
+from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset, render, summary
 
 AGREEMENT = 0.05  # --simulate: a phase whose plan and simulation differ by more is named
-
-
-def simulated(preset_path: str, gpu_gib: float, hub_dir: str, layers: int = 0) -> dict[str, dict]:
-    """{"simulated": {phase: GiB}, "planned_tensors": {phase: GiB}}: the trainer's step on fake
-    tensors and the plan's tensor terms of the same model (cut to ``layers`` when > 0), max over tasks."""
-    from rspo.config import load_preset
-    from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
-    from rspo.gpu_memory.simulate import run_preset, task_inputs
-
-    preset = load_preset(preset_path)
-    sims = run_preset(preset_path, gpu_gib, hub_dir, layers)
-    sim: dict[str, float] = {}
-    planned: dict[str, float] = {}
-    for task, peaks in sims.items():
-        cfg, config, _ = task_inputs(preset_path, task, hub_dir, layers)
-        shape = shape_from_config(f"{task} model", config, dtype_bytes(str(getattr(config, "dtype", "bfloat16"))))
-        plan = plan_run(cfg, shape, preset_setup(preset, gpu_gib), task)
-        for ph in plan.phases:
-            if ph.name in peaks:
-                sim[ph.name] = round(max(sim.get(ph.name, 0.0), peaks[ph.name]), 2)
-                planned[ph.name] = round(max(planned.get(ph.name, 0.0), ph.tensors / GIB), 2)
-    return {"simulated": sim, "planned_tensors": planned}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         if max(p.setup.world for p in plans) < 2:
             print("simulate: this preset trains in one process; run `rspo preflight` on a GPU instead", file=sys.stderr)
         else:
-            s.update(simulated(args.preset, gib, args.hub_dir, args.layers))
+            from rspo.gpu_memory.simulate import simulated_beside_plan
+
+            s.update(simulated_beside_plan(args.preset, gib, args.hub_dir, args.layers))
             cut = f" (model cut to {args.layers} layers)" if args.layers else ""
             print(f"simulate{cut}: phase, plan's tensor terms, the trainer's step on fake tensors (GiB)")
             for ph, got in s["simulated"].items():

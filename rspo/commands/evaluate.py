@@ -1,0 +1,79 @@
+"""`python -m rspo evaluate countdown|math|code`: score a checkpoint, write JSON, log to MLflow
+(`rspo.evaluate.run`: the settings, the evaluation and its MLflow run; its docstring says what is
+scored and how)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rspo.evaluate import run
+from rspo.preset import Preset
+
+
+def build_parser(family: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=f"rspo evaluate {family}")
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--model", required=True, help="checkpoint folder (or hub id)")
+    ap.add_argument("--out", required=True, help="output JSON")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--temperature", type=float, default=None)
+    ap.add_argument("--n", type=int, default=None, help="samples per prompt")
+    ap.add_argument("--limit", type=int, default=None, help="problems per benchmark/split (0 = all)")
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None, help="sampling seed (math/code; default the preset's, else 0)")
+    ap.add_argument("--backend", default=None, help="hf | vllm (default: the preset's rl.rollout.backend)")
+    ap.add_argument("--no-mlflow", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
+    if family == "countdown":
+        ap.add_argument("--data", required=True, help="the generated Countdown folder")
+        ap.add_argument("--splits", nargs="+", default=None)
+    else:
+        ap.add_argument("--benchmarks", nargs="+", default=None)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(argv or [])
+    families = ("countdown", "math", "code")
+    if not argv or argv[0] not in families:
+        print(
+            f"usage: python -m rspo evaluate {{{'|'.join(families)}}} --preset P --model DIR --out FILE ...",
+            file=sys.stderr,
+        )
+        return 2
+    family = argv[0]
+    args = build_parser(family).parse_args(argv[1:])
+    from rspo.models import set_threads
+    from rspo.tracking import model_label
+
+    set_threads(args.threads)
+    preset = Preset.load(args.preset)
+    flags = {k: getattr(args, k, None) for k in ("temperature", "n", "limit", "max_new_tokens", "backend", "seed")}
+    flags.update({k: getattr(args, k, None) for k in ("splits", "benchmarks") if getattr(args, k, None)})
+    settings = run.evaluation_settings(preset, family, {k: v for k, v in flags.items() if v is not None})
+    t0 = time.time()
+    progress = run.PhaseProgress(f"eval {family} {model_label(args.model)}", args.quiet)
+    datasets: list[tuple[str, str]] = []
+    if family == "countdown":
+        fmt = preset.rl().data.prompt_format
+        result = run.evaluate_countdown(args.model, args.data, settings, fmt, progress)
+        datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
+    else:
+        result = run.evaluate_suite(family, args.model, settings, progress)
+    result["wall_time_s"] = time.time() - t0
+    from rspo.jsonl import write_json_atomic
+
+    write_json_atomic(result, args.out)
+    if not args.no_mlflow:
+        run.log_evaluation(preset, family, args.model, result, datasets)
+    summary = (
+        {s: r["accuracy"] for s, r in result["splits"].items()}
+        if family == "countdown"
+        else {"average": result.get("average")}
+    )
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,67 @@
+"""`python -m rspo preflight --preset P`: a preset's real training step on one node, cut to a few
+layers, measured per phase beside the plan (`rspo.gpu_memory.preflight`, whose docstring says how).
+With ``--stage`` (internal) it runs one stage in this process or rank: the library launches the two
+stages through this command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rspo.gpu_memory import preflight
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rspo preflight", description=preflight.__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--task", default=None, help="the preset's task to measure (default: its first)")
+    ap.add_argument("--layers", type=int, default=2, help="decoder layers of the model measured (default 2)")
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    ap.add_argument("--hub-dir", default="results/hub")
+    ap.add_argument("--gpu-gib", type=float, default=79.65, help="on a CPU: the GPU the plan is made for")
+    ap.add_argument("--out", default=None, help="a scratch folder (default: a temporary one)")
+    ap.add_argument("--stage", choices=preflight.STAGES, default=None, help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    from rspo.config import ConfigError, load_preset
+    from rspo.plan import Plan
+
+    try:
+        plan = Plan(load_preset(args.preset))
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"rspo preflight: {e}", file=sys.stderr)
+        return 2
+    args.task = args.task or next(iter(plan.tasks))
+    if args.stage:  # one stage, in this process (or this rank)
+        preflight.run_stage(args.stage, args)
+        return 0
+    world = max(1, int(plan.resources("train")["processes"]))
+    passed = [a for a in argv if a not in ("--out",)]
+    if "--out" in argv:
+        i = argv.index("--out")
+        passed = argv[:i] + argv[i + 2 :]
+    try:
+        result = preflight.run_stages(args, world, passed)
+    except RuntimeError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    print(
+        f"rspo preflight: {result['preset']} on {result['device']} ({result['engine']}), model cut to "
+        f"{result['layers']} of {result['full_layers']} layers; GiB per phase, measured and scaled to the "
+        f"full depth, beside the plan:"
+    )
+    for ph, got in result["measured"].items():
+        plan_v = result["planned"].get(ph)
+        print(f"  {ph:16s} measured {got:8.2f}   planned {plan_v if plan_v is not None else '-':>8}")
+    verdict = "fits" if result["fits"] else "does NOT fit"
+    print(
+        f"  step {result['step_s_estimate']} s (estimated at full depth), run {result['run_h_estimate']} h; "
+        f"{verdict} ({result['margin_gib']} GiB to spare of {result['limit_gib']})"
+    )
+    print(json.dumps(result))
+    return 0

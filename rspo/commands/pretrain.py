@@ -1,0 +1,41 @@
+"""`python -m rspo pretrain`: next-token SFT of a small MoE from scratch (`rspo.pretrain`, whose
+docstring is this command's --help)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rspo import pretrain
+from rspo.preset import Preset
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="rspo pretrain", description=pretrain.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--task", default="countdown", choices=["countdown", "math", "code"])
+    ap.add_argument("--data", required=True, help="countdown: the generated folder; math/code: train.jsonl")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer folder (countdown); math/code train one")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    ap.add_argument("--no-mlflow", action="store_true")
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (testing resume)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from rspo.config import ConfigError
+
+    try:
+        preset = Preset.load(args.preset)
+        p = pretrain.pretrain_settings(preset, args.overrides)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"rspo pretrain: {e}", file=sys.stderr)
+        return 2
+    pretrain.run_pretraining(preset, p, args)
+    return 0
