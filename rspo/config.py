@@ -6,7 +6,11 @@ tracking); ``train_config_from_dict`` turns it into a validated ``TrainConfig``.
 study needs (the ``grid:`` mapping, named runs, ``load_train_config`` for one of them) is the
 planner's question: rspo/plan.py.
 
-Errors name the key: ``ConfigError: rl.algorithm.gamma_min: must lie in (0, 1], got 1.5``.
+Errors name the key: ``ConfigError: rl.algorithm.gamma_min: must lie in (0, 1], got 1.5``. A
+setting's bounds and choices are stated once, on its field (rspo.constraints.setting): checked when
+the section is built, and the source of the preset schema's ``rl`` sections (``rl_schema``; written
+into workflow/schemas/preset.schema.yaml by scripts/preset_schema.py). A section's ``checks`` hold
+what relates two fields or needs a reason.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ from typing import Any
 
 import yaml
 
+from rspo.chat import HAND_TEMPLATES
+from rspo.constraints import Section, section_schema, setting
 from rspo.method import (  # noqa: F401 (ALGOS, ConfigError, check_gamma_min: re-exported for the planner and commands)
     ALGOS,
     DEFAULT_GAMMA_MIN,
+    GAMMA_MIN_BOUNDS,
     ROLLOUT_CORRECTIONS,
     ROUTING_MODES,
     ConfigError,
@@ -33,6 +40,8 @@ from rspo.method import (  # noqa: F401 (ALGOS, ConfigError, check_gamma_min: re
 
 TASKS = ("countdown", "math", "code")
 BACKENDS = ("hf", "vllm")
+PROMPT_FORMATS = ("steps", "optimal_path", "search_path")
+TEMPLATES = ("auto", "chat") + tuple(dict.fromkeys(t for ts in HAND_TEMPLATES.values() for t in ts))
 
 
 def _err(key: str, msg: str) -> ConfigError:
@@ -43,14 +52,14 @@ def _err(key: str, msg: str) -> ConfigError:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Section):
     path: str = ""
     """Base checkpoint: a local Hugging Face folder (pretrained by `rspo pretrain`) or a hub id."""
-    dtype: str = "float32"
+    dtype: str = setting("float32", choices=("float32", "bfloat16", "float16"), noun="dtype")
     """Training dtype: float32 (CPU) or bfloat16 (GPU)."""
-    device: str = "auto"
+    device: str = setting("auto", choices=("auto", "cpu", "cuda"), noun="device")
     """auto (cuda if available, else cpu), cpu or cuda."""
-    threads: int = 0
+    threads: int = setting(0, ge=0)
     """torch intra-op threads; 0 = the cores the job was given (Snakemake `threads`, OMP_NUM_THREADS)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (large models)."""
@@ -59,39 +68,27 @@ class ModelConfig:
     moments live on the host and the optimizer steps on the CPU (the GPU holds one gathered layer
     at a time). Trades a host<->GPU copy of the shards per step for 16 bytes per parameter / ranks
     of GPU memory (rspo.gpu_memory.plan)."""
-    logits_chunk_tokens: int = 0
+    logits_chunk_tokens: int = setting(0, ge=0)
     """> 0: the old pass and the updates compute log-probs and entropy from the final hidden states
     this many positions at a time, recomputing each chunk's logits in backward, so no forward ever
     holds the (tokens x vocabulary) logits in fp32 (rspo.train.memory). 0: transformers' logits."""
-    collective_timeout_min: int = 30
+    collective_timeout_min: int = setting(30, ge=1)
     """torchrun jobs: minutes a collective may wait for the other ranks before the job fails (the
     process group's timeout). A save, a long rollout on one rank and a slow filesystem all count;
     the paper presets allow 60."""
 
-    def validate(self, prefix: str) -> None:
-        if self.logits_chunk_tokens < 0:
-            raise _err(f"{prefix}.logits_chunk_tokens", f"must be >= 0, got {self.logits_chunk_tokens}")
-        if self.collective_timeout_min < 1:
-            raise _err(f"{prefix}.collective_timeout_min", f"must be >= 1, got {self.collective_timeout_min}")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise _err(f"{prefix}.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise _err(f"{prefix}.device", f"must be auto, cpu or cuda, got {self.device!r}")
-        if self.threads < 0:
-            raise _err(f"{prefix}.threads", f"must be >= 0, got {self.threads}")
-
 
 @dataclass(frozen=True)
-class DataConfig:
-    task: str = "countdown"
+class DataConfig(Section):
+    task: str = setting("countdown", choices=TASKS, noun="task")
     """countdown | math | code: selects the verifier (one per task, shared with evaluation)."""
     train_path: str = ""
     """Training prompts (JSONL): Countdown records, or normalised math/code records."""
     val_paths: dict[str, str] = field(default_factory=dict)
     """Held-out sets scored during training, name -> JSONL path (logged as val/<name>/score)."""
-    prompt_format: str = "steps"
+    prompt_format: str = setting("steps", choices=PROMPT_FORMATS, noun="format")
     """Countdown text format: steps | optimal_path | search_path (see rspo.data.countdown)."""
-    template: str = "auto"
+    template: str = setting("auto", choices=TEMPLATES, noun="template")
     """Math/code prompts (rspo.chat): chat (the model's own chat template), a hand-written template
     (math: qwen_math | no | plain; code: chatml | plain), or auto (chat when the tokenizer has a
     chat template, else qwen_math / chatml). Countdown prompts use ``prompt_format``."""
@@ -99,24 +96,15 @@ class DataConfig:
     """The chat template's thinking switch (Qwen3's hybrid models): true or false when the
     template has one (required then), left out otherwise; rewards then grade the text after the
     thinking block (rspo.chat)."""
-    max_prompt_tokens: int = 512
+    max_prompt_tokens: int = setting(512, ge=1)
     """Prompts longer than this are dropped when the data is loaded."""
-    reward_workers: int = 1
+    reward_workers: int = setting(1, ge=1)
     """Worker processes for the verifier (math-verify needs processes: it uses signal.alarm; code
     runs in sandboxes with time limits). A budget per node: the ranks of a torchrun job on one node
     share it (each gets reward_workers // ranks, at least 1), so the node's CPUs are not
     oversubscribed and correct programs do not hit their time limits."""
 
-    def validate(self, prefix: str) -> None:
-        if self.task not in TASKS:
-            raise _err(f"{prefix}.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
-        if self.prompt_format not in ("steps", "optimal_path", "search_path"):
-            raise _err(f"{prefix}.prompt_format", f"unknown format {self.prompt_format!r}")
-        from rspo.chat import HAND_TEMPLATES
-
-        templates = ("auto", "chat") + tuple(dict.fromkeys(t for ts in HAND_TEMPLATES.values() for t in ts))
-        if self.template not in templates:
-            raise _err(f"{prefix}.template", f"unknown template {self.template!r}; choose one of {list(templates)}")
+    def checks(self, prefix: str) -> None:
         if self.task in HAND_TEMPLATES and self.template not in ("auto", "chat") + HAND_TEMPLATES[self.task]:
             raise _err(
                 f"{prefix}.template",
@@ -125,33 +113,29 @@ class DataConfig:
             )
         if self.enable_thinking is not None and not isinstance(self.enable_thinking, bool):
             raise _err(f"{prefix}.enable_thinking", f"must be true, false or left out, got {self.enable_thinking!r}")
-        if self.max_prompt_tokens < 1:
-            raise _err(f"{prefix}.max_prompt_tokens", "must be >= 1")
-        if self.reward_workers < 1:
-            raise _err(f"{prefix}.reward_workers", "must be >= 1")
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    backend: str = "hf"
+class RolloutConfig(Section):
+    backend: str = setting("hf", choices=BACKENDS, noun="backend")
     """hf (our KV-cache sampling loop on the training model, CPU/GPU) or vllm (a colocated vLLM
     engine: the GPU extra, or vLLM's CPU build; rspo.rollout.vllm)."""
-    group_size: int = 8
+    group_size: int = setting(8, ge=2)
     """G responses per prompt (paper Appendix A: G = 8)."""
-    temperature: float = 1.0
+    temperature: float = setting(1.0, gt=0)
     """Sampling temperature; the old pass and the updates score log-probs of the same
     temperature-scaled distribution (logits / temperature), so importance ratios compare the
     distribution that was sampled."""
-    top_p: float = 1.0
+    top_p: float = setting(1.0, gt=0, le=1)
     """Must be 1 for training: a truncated (top-p) sampler would need its truncation applied to
     every scored log-prob too; validation and evaluation decode separately."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = setting(64, ge=1)
     """Response length cap (paper: 8K tokens; CPU presets use far less)."""
-    val_temperature: float = 0.0
+    val_temperature: float = setting(0.0, ge=0)
     """Decoding temperature of the periodic validation (0 = greedy)."""
-    vllm_gpu_memory_utilization: float = 0.5
+    vllm_gpu_memory_utilization: float = setting(0.5, gt=0, le=1)
     """vLLM only: fraction of GPU memory the colocated engine may take."""
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = setting(1, ge=1)
     """vLLM under torchrun: ranks that share one engine, each holding 1/N of every layer (a multiple
     of it must run on each node; rspo.rollout.colocate). 1: an engine per rank."""
     vllm_sleep: bool = False
@@ -161,20 +145,14 @@ class RolloutConfig:
     vllm_enforce_eager: bool = False
     """vLLM on GPUs: decode without CUDA graphs (slower; no graph pool in GPU memory). CPU engines
     always run eagerly."""
-    dtype: str = ""
+    dtype: str = setting("", choices=("", "float32", "bfloat16", "float16", "fp8"), noun="dtype")
     """The rollout engine's precision: "" (model.dtype: the trainer's compute dtype), float32,
     bfloat16, float16 or fp8. The vLLM engine runs in it; the hf backend decodes under autocast to it.
     fp8 (hf backend, one process): an FP8 W8A8 engine, the decoder's weights and the inputs of their
     products rounded to E4M3 while it decodes, bf16 arithmetic (rspo.rollout.fp8). Another precision
     than the trainer's makes the train-inference mismatch (docs/mismatch.md)."""
 
-    def validate(self, prefix: str) -> None:
-        if self.backend not in BACKENDS:
-            raise _err(f"{prefix}.backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}")
-        if self.group_size < 2:
-            raise _err(f"{prefix}.group_size", f"must be >= 2 (group-normalised advantages), got {self.group_size}")
-        if self.temperature <= 0:
-            raise _err(f"{prefix}.temperature", f"must be > 0 for sampling, got {self.temperature}")
+    def checks(self, prefix: str) -> None:
         if self.top_p != 1.0:
             raise _err(
                 f"{prefix}.top_p",
@@ -182,21 +160,10 @@ class RolloutConfig:
                 "updates score the full temperature-scaled distribution, so a top-p sampler would make "
                 "every importance ratio compare another distribution than the one sampled",
             )
-        if self.max_new_tokens < 1:
-            raise _err(f"{prefix}.max_new_tokens", "must be >= 1")
-        if self.tensor_parallel_size < 1:
-            raise _err(f"{prefix}.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
         if self.backend != "vllm" and (self.tensor_parallel_size > 1 or self.vllm_sleep):
             raise _err(prefix, "tensor_parallel_size > 1 and vllm_sleep need backend: vllm")
         if self.backend != "vllm" and self.vllm_enforce_eager:
             raise _err(f"{prefix}.vllm_enforce_eager", "needs backend: vllm")
-        if self.val_temperature < 0:
-            raise _err(f"{prefix}.val_temperature", "must be >= 0")
-        if self.dtype not in ("", "float32", "bfloat16", "float16", "fp8"):
-            raise _err(
-                f"{prefix}.dtype",
-                f"must be empty (model.dtype), float32, bfloat16, float16 or fp8, got {self.dtype!r}",
-            )
         if self.dtype == "fp8" and self.backend != "hf":
             raise _err(
                 f"{prefix}.dtype",
@@ -206,157 +173,103 @@ class RolloutConfig:
 
 
 @dataclass(frozen=True)
-class AlgorithmConfig:
-    algo: str = "gmpo"
+class AlgorithmConfig(Section):
+    algo: str = setting("gmpo", choices=ALGOS, noun="algorithm")
     """Base objective: grpo | gspo | gmpo (rspo.losses)."""
     router_shift: bool = False
     """Router-shift weighting (RS). RSPO = gmpo + router_shift."""
-    gamma_min: float = DEFAULT_GAMMA_MIN
+    gamma_min: float = setting(DEFAULT_GAMMA_MIN, gt=GAMMA_MIN_BOUNDS[0], le=GAMMA_MIN_BOUNDS[1])
     """Floor on gamma (paper: 0.8 in all experiments); also the threshold of router/shift_clipfrac."""
     stop_gradient: bool = True
     """Detach gamma (paper); False is the collapse ablation (Appendix B)."""
-    routing: str = "none"
+    routing: str = setting("none", choices=ROUTING_MODES, noun="routing mode")
     """Routing control: none | freeze | logit_replay | index_replay (Appendix D, during updates) |
     rollout_replay (R3, beyond the paper: the rollout engine's experts forced in the old pass and the
     updates; docs/mismatch.md)."""
-    rollout_correction: str = "none"
+    rollout_correction: str = setting("none", choices=ROLLOUT_CORRECTIONS, noun="correction")
     """Train-inference mismatch correction (beyond the paper; docs/mismatch.md): none | token_truncate
     (TIS) | token_mask (icepop) | sequence_truncate | sequence_mask (MIS), on the ratio old-pass
     probability / engine probability (rspo.losses.rollout_correction)."""
-    rollout_correction_low: float = 0.5
+    rollout_correction_low: float = setting(0.5, ge=0, lt=1)
     """Lower bound of the correction's ratio for the mask modes (icepop: 0.5)."""
-    rollout_correction_high: float = 2.0
+    rollout_correction_high: float = setting(2.0, gt=1)
     """Upper bound: the truncation of the truncate modes, the mask's top for the mask modes (verl
     and ms-swift use 2; TRL 1.16 3)."""
-    clip_low: float | None = None
+    clip_low: float | None = setting(None, ge=0)
     """None -> the paper's default for algo (rspo.losses.DEFAULT_CLIP)."""
-    clip_high: float | None = None
-    entropy_coef: float = 0.0
+    clip_high: float | None = setting(None, ge=0)
+    entropy_coef: float = setting(0.0, ge=0)
     """Entropy bonus coefficient (0 in the paper)."""
-    router_aux_loss_coef: float = 0.0
+    router_aux_loss_coef: float = setting(0.0, ge=0)
     """Load-balancing aux loss during RL (0 by default, as verl/NeMo do for GRPO on MoE)."""
-
-    def validate(self, prefix: str) -> None:
-        if self.algo not in ALGOS:
-            raise _err(f"{prefix}.algo", f"unknown algorithm {self.algo!r}; choose one of {list(ALGOS)}")
-        check_gamma_min(self.gamma_min, f"{prefix}.gamma_min")
-        if self.routing not in ROUTING_MODES:
-            raise _err(
-                f"{prefix}.routing", f"unknown routing mode {self.routing!r}; choose one of {list(ROUTING_MODES)}"
-            )
-        for name in ("clip_low", "clip_high"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise _err(f"{prefix}.{name}", f"must be >= 0, got {v}")
-        if self.rollout_correction not in ROLLOUT_CORRECTIONS:
-            raise _err(
-                f"{prefix}.rollout_correction",
-                f"unknown correction {self.rollout_correction!r}; choose one of {list(ROLLOUT_CORRECTIONS)}",
-            )
-        if not 0 <= self.rollout_correction_low < 1 < self.rollout_correction_high:
-            raise _err(
-                f"{prefix}.rollout_correction_low",
-                f"the bounds must satisfy 0 <= low < 1 < high, got ({self.rollout_correction_low}, "
-                f"{self.rollout_correction_high})",
-            )
-        if self.entropy_coef < 0 or self.router_aux_loss_coef < 0:
-            raise _err(prefix, "entropy_coef and router_aux_loss_coef must be >= 0")
 
 
 @dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    grad_clip: float = 1.0
+class OptimConfig(Section):
+    lr: float = setting(1e-6, gt=0)
+    weight_decay: float = setting(0.0, ge=0)
+    betas: tuple[float, float] = setting((0.9, 0.999), ge=0, lt=1)
+    eps: float = setting(1e-8, gt=0)
+    grad_clip: float = setting(1.0, gt=0)
     """Global grad-norm clip (verl default 1.0)."""
-    warmup_steps: int = 0
+    warmup_steps: int = setting(0, ge=0)
     """Linear warmup in optimiser updates, then constant (verl's default schedule)."""
-    max_nonfinite_in_row: int = 3
+    max_nonfinite_in_row: int = setting(3, ge=1)
     """Stop the run after this many consecutive updates skipped for NaN/inf loss or gradients."""
-    router_lr_mult: float = 1.0
+    router_lr_mult: float = setting(1.0, gt=0)
     """Learning rate of the router weights (``mlp.gate.weight``) as a multiple of ``lr``. Not in
     the paper (1 = one lr for all weights). Above 1 it is the stress regime's controlled variable:
     router drift made large on purpose, to test whether RS delays or prevents collapse."""
 
-    def validate(self, prefix: str) -> None:
-        if self.lr <= 0:
-            raise _err(f"{prefix}.lr", f"must be > 0, got {self.lr}")
-        if self.router_lr_mult <= 0:
-            raise _err(f"{prefix}.router_lr_mult", f"must be > 0, got {self.router_lr_mult}")
-        if self.grad_clip <= 0:
-            raise _err(f"{prefix}.grad_clip", f"must be > 0, got {self.grad_clip}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise _err(f"{prefix}.betas", f"must be two numbers in [0, 1), got {self.betas}")
-        if self.warmup_steps < 0 or self.max_nonfinite_in_row < 1:
-            raise _err(prefix, "warmup_steps must be >= 0 and max_nonfinite_in_row >= 1")
-
 
 @dataclass(frozen=True)
-class ScheduleConfig:
-    total_steps: int = 100
+class ScheduleConfig(Section):
+    total_steps: int = setting(100, ge=1)
     """Rollout steps."""
-    prompts_per_step: int = 256
+    prompts_per_step: int = setting(256, ge=1)
     """Global batch in prompts (paper small setting: 256)."""
-    mini_batch_prompts: int = 64
+    mini_batch_prompts: int = setting(64, ge=1)
     """Prompts per optimiser update (paper: 64 -> 4 updates per step, updates 2..4 off-policy)."""
-    micro_batch_size: int = 0
+    micro_batch_size: int = setting(0, ge=0)
     """Responses per forward/backward for gradient accumulation; 0 = the whole mini-batch."""
-    max_tokens_per_micro_batch: int = 0
+    max_tokens_per_micro_batch: int = setting(0, ge=0)
     """> 0: the rows of a forward (old pass and updates) are packed, longest first, so that rows x
     the widest row's tokens stay within this budget (rspo.train.memory); gradients accumulate to the
     whole mini-batch's. 0: no token bound (micro_batch_size rows)."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = setting(1, ge=1)
     """Passes over the step's mini-batches."""
-    val_every: int = 10
+    val_every: int = setting(10, ge=0)
     """Validate every N steps (and at step 0 and the last step); 0 disables."""
-    val_size: int = 0
+    val_size: int = setting(0, ge=0)
     """Held-out prompts per validation set; 0 = all."""
-    ckpt_every: int = 10
+    ckpt_every: int = setting(10, ge=0)
     """Checkpoint every N steps (and at the end)."""
-    keep_checkpoints: int = 1
+    keep_checkpoints: int = setting(1, ge=1)
     """How many step checkpoints to keep."""
 
-    def validate(self, prefix: str) -> None:
-        for name in ("total_steps", "prompts_per_step", "mini_batch_prompts", "ppo_epochs"):
-            if getattr(self, name) < 1:
-                raise _err(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
+    def checks(self, prefix: str) -> None:
         if self.prompts_per_step % self.mini_batch_prompts != 0:
             raise _err(
                 f"{prefix}.mini_batch_prompts",
                 f"{self.mini_batch_prompts} does not divide prompts_per_step={self.prompts_per_step}",
             )
-        for name in ("micro_batch_size", "max_tokens_per_micro_batch", "val_every", "val_size", "ckpt_every"):
-            if getattr(self, name) < 0:
-                raise _err(f"{prefix}.{name}", "must be >= 0")
-        if self.keep_checkpoints < 1:
-            raise _err(f"{prefix}.keep_checkpoints", "must be >= 1")
 
 
 @dataclass(frozen=True)
-class TrackingConfig:
-    experiment: str = "rspo"
+class TrackingConfig(Section):
+    experiment: str = setting("rspo", nonempty=True)
     """MLflow experiment (one per preset)."""
     tracking_uri: str = ""
     """MLflow store; empty -> $MLFLOW_TRACKING_URI, else sqlite under the preset's results folder."""
     router_diagnostics: bool = True
     """Log router/shift_* for every run (RS or not). False skips the router cache when nothing
     else needs it (used by `rspo bench` to measure a plain GMPO baseline)."""
-    collapse_window: int = 5
+    collapse_window: int = setting(5, ge=1)
     """Collapse detector: steps over which the reward drop must be sustained."""
-    collapse_drop: float = 0.5
+    collapse_drop: float = setting(0.5, gt=0, le=1)
     """... relative drop of the windowed training reward below its running best."""
-    collapse_kl_spike: float = 5.0
+    collapse_kl_spike: float = setting(5.0, gt=1)
     """... together with |ppo_kl| or grad_norm above this multiple of its running median."""
-
-    def validate(self, prefix: str) -> None:
-        if self.collapse_window < 1:
-            raise _err(f"{prefix}.collapse_window", "must be >= 1")
-        if not 0 < self.collapse_drop <= 1:
-            raise _err(f"{prefix}.collapse_drop", f"must lie in (0, 1], got {self.collapse_drop}")
-        if self.collapse_kl_spike <= 1:
-            raise _err(f"{prefix}.collapse_kl_spike", "must be > 1")
 
 
 # Settings that change how a run executes, not what it computes (TrainConfig.fingerprint).
@@ -407,6 +320,13 @@ SECTIONS: dict[str, type] = {
 }
 
 
+def rl_schema() -> dict[str, Any]:
+    """The JSON schema of a preset's ``rl`` mapping (and of each overlay on it), from the sections'
+    dataclasses: what workflow/schemas/preset.schema.yaml holds under ``$defs/rl``."""
+    props = {name: section_schema(cls) for name, cls in SECTIONS.items()}
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -421,7 +341,7 @@ class TrainConfig:
     run_name: str = ""
 
     def __post_init__(self) -> None:
-        for name in SECTIONS:
+        for name in SECTIONS:  # each field's constraints (rspo.constraints), then the section's own checks
             getattr(self, name).validate(f"rl.{name}")
 
     def to_dict(self) -> dict[str, Any]:

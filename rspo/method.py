@@ -11,6 +11,7 @@ ALGOS = ("grpo", "gspo", "gmpo")  # Appendix E's objectives
 ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay", "rollout_replay")  # App. D; R3 beyond it
 ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # beyond it
 DEFAULT_GAMMA_MIN = 0.8  # Sec. 4.2 / Appendix: gamma_min = 0.8 in all experiments
+GAMMA_MIN_BOUNDS = (0.0, 1.0)  # gamma_min lies in (low, high]: a floor on a ratio in (0, 1]
 
 
 class ConfigError(ValueError):
@@ -22,6 +23,7 @@ def check_gamma_min(value: float, key: str = "gamma_min") -> float:
 
     Used where a value enters: a preset (rspo.config), the grid's sweep (rspo.grid), the loss's
     arguments (rspo.losses) and the TRL configs; raises ConfigError (a ValueError) naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-        raise ConfigError(f"{key}: must lie in (0, 1], got {value}")
+    lo, hi = GAMMA_MIN_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value <= hi:
+        raise ConfigError(f"{key}: must lie in ({lo:g}, {hi:g}], got {value}")
     return float(value)

@@ -79,7 +79,7 @@ def test_the_inputs_of_the_fp8_matrices_are_rounded_per_row_and_no_others(arch):
 def test_fp8_is_refused_beside_vllm_and_named_among_the_choices():
     with pytest.raises(ConfigError, match="vLLM's own quantization"):
         RolloutConfig(backend="vllm", dtype="fp8").validate("rl.rollout")
-    with pytest.raises(ConfigError, match="float16 or fp8, got 'fp4'"):
+    with pytest.raises(ConfigError, match=r"unknown dtype 'fp4'; choose one of \[.*'float16', 'fp8'\]"):
         RolloutConfig(dtype="fp4").validate("rl.rollout")
     RolloutConfig(dtype="fp8").validate("rl.rollout")
 

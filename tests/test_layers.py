@@ -32,7 +32,10 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.gpu_memory.phases",
         ],
     ),
-    ("configuration and the planner (no torch)", ["rspo.config", "rspo.preset", "rspo.grid", "rspo.plan"]),
+    (
+        "configuration and the planner (no torch)",
+        ["rspo.constraints", "rspo.config", "rspo.preset", "rspo.grid", "rspo.plan"],
+    ),
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),
     ("data sets and tokenizers", ["rspo.data", "rspo.data.*", "rspo.tokenizer"]),
     ("models and the method", ["rspo.models", "rspo.router", "rspo.losses", "rspo.rollout", "rspo.rollout.*"]),

@@ -102,7 +102,8 @@ def _check_compatible(key: str, tp, prop: dict) -> None:
 @pytest.mark.parametrize("section", sorted(rcfg.SECTIONS))
 def test_schema_rl_types_match_dataclass_fields(section):
     """Every field of the section's dataclass is in the schema with a compatible type, and the
-    schema has no key without a field: the hand-written schema cannot drift from rspo/config.py."""
+    schema has no key without a field: the schema file cannot drift from rspo/config.py (its `rl`
+    sections are generated: scripts/preset_schema.py)."""
     import typing
 
     cls = rcfg.SECTIONS[section]
@@ -320,3 +321,12 @@ def test_one_gpu_stack_the_extra_the_env_and_the_vllm_test_venv_pin_alike():
     venv = pins(w for line in vlines for w in line.split())
     assert set(extra) == set(env) == set(venv) == {"vllm", "torch", "transformers"}
     assert extra == env == venv, (extra, env, venv)
+
+
+def test_the_schema_file_holds_the_rl_sections_generated_from_the_dataclasses():
+    """workflow/schemas/preset.schema.yaml's `$defs/rl` is what scripts/preset_schema.py writes from
+    rspo/config.py (types, constraints, docstrings): run it after changing a setting."""
+    from rspo.constraints import with_generated_block
+
+    text = SCHEMA_FILE.read_text(encoding="utf-8")
+    assert with_generated_block(text, "rl", rcfg.rl_schema()) == text, "run: python scripts/preset_schema.py"

@@ -1,0 +1,175 @@
+"""A setting's constraints, stated once: on its dataclass field (``setting``), read both by the check
+that runs when a config is built (``check_fields``) and by the JSON schema of the preset file
+(``section_schema``: the ``rl`` sections of workflow/schemas/preset.schema.yaml are generated from
+rspo/config.py's dataclasses, ``scripts/preset_schema.py`` writes them and a test compares).
+
+A constraint is a bound (``ge``, ``gt``, ``le``, ``lt``; on each item of a tuple), a set of
+``choices``, or ``nonempty`` for a string. Checks that relate two fields, or that need to say why
+(``rollout.top_p`` must be 1 for training), stay in each section's ``validate``. A field's schema
+description is the first sentence of its docstring in the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+import textwrap
+import types
+import typing
+from typing import Any
+
+import yaml
+
+from rspo.method import ConfigError
+
+_MISSING = dataclasses.MISSING
+
+
+def setting(
+    default: Any = _MISSING,
+    *,
+    factory: Any = _MISSING,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple | None = None,
+    noun: str = "value",
+    nonempty: bool = False,
+) -> Any:
+    """A dataclass field with its constraints (``noun`` names a choice in the error: "unknown
+    backend 'x'; choose one of [...]")."""
+    meta: dict[str, Any] = {"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "nonempty": nonempty}
+    meta = {k: v for k, v in meta.items() if v is not None and v is not False}
+    if choices is not None:
+        meta["noun"] = noun
+    if factory is not _MISSING:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _interval(m: dict[str, Any]) -> str:
+    lo = f"[{m['ge']:g}" if "ge" in m else f"({m['gt']:g}" if "gt" in m else None
+    hi = f"{m['le']:g}]" if "le" in m else f"{m['lt']:g})" if "lt" in m else None
+    if lo and hi:
+        return f"must lie in {lo}, {hi}"
+    op, bound = next((op, m[k]) for k, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if k in m)
+    return f"must be {op} {bound:g}"
+
+
+def _outside(m: dict[str, Any], v: float) -> bool:
+    return (
+        ("ge" in m and not v >= m["ge"])
+        or ("gt" in m and not v > m["gt"])
+        or ("le" in m and not v <= m["le"])
+        or ("lt" in m and not v < m["lt"])
+    )
+
+
+def check_fields(obj: Any, prefix: str) -> None:
+    """Every field constraint of the dataclass instance ``obj``; ConfigError names the key
+    (``rl.rollout.group_size: must be >= 2, got 1``). None passes (an optional setting left unset)."""
+    for f in dataclasses.fields(obj):
+        m, v, key = f.metadata, getattr(obj, f.name), f"{prefix}.{f.name}"
+        if not m or v is None:
+            continue
+        if "choices" in m and v not in m["choices"]:
+            raise ConfigError(f"{key}: unknown {m['noun']} {v!r}; choose one of {list(m['choices'])}")
+        if m.get("nonempty") and not v:
+            raise ConfigError(f"{key}: must not be empty")
+        for i, item in enumerate(v if isinstance(v, tuple) else (v,)):
+            if isinstance(item, (int, float)) and _outside(m, item):
+                where = f"{key}[{i}]" if isinstance(v, tuple) else key
+                raise ConfigError(f"{where}: {_interval(m)}, got {item}")
+
+
+class Section:
+    """Base of a config section (a frozen dataclass): ``validate`` checks every field's constraints,
+    then the section's own checks across fields (``checks``)."""
+
+    def validate(self, prefix: str) -> None:
+        check_fields(self, prefix)
+        self.checks(prefix)
+
+    def checks(self, prefix: str) -> None:
+        """Checks that relate fields, or that need to say why; none by default."""
+
+
+# ----------------------------------------------------------------------------- the JSON schema
+
+_JSON = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+
+
+def _type_schema(tp: Any) -> dict[str, Any]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return {"type": [_JSON[a] for a in args]}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1])}
+    if origin is tuple:
+        (item,) = set(args)
+        return {"type": "array", "minItems": len(args), "maxItems": len(args), "items": _type_schema(item)}
+    return {"type": _JSON[tp]}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The first sentence of each field's docstring (the string literal under it in the class body;
+    a sentence ends at a full stop followed by a capital or a parenthesis)."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            text = " ".join(nxt.value.value.split())
+            docs[node.target.id] = re.split(r"(?<=\.)\s+(?=[A-Z(])", text, maxsplit=1)[0].rstrip(".")
+    return docs
+
+
+def section_schema(cls: type) -> dict[str, Any]:
+    """The JSON schema of one config section: a closed mapping, each field with its type, its
+    constraints and the first sentence of its docstring."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    props: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        m = f.metadata
+        p = _type_schema(hints[f.name])
+        if "choices" in m:
+            p = {"enum": list(m["choices"])}
+        target = p["items"] if p.get("type") == "array" else p
+        target.update({_BOUNDS[k]: m[k] for k in _BOUNDS if k in m})
+        if m.get("nonempty"):
+            p["minLength"] = 1
+        if f.name in docs:
+            p["description"] = docs[f.name]
+        props[f.name] = p
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+GENERATED = "# generated from rspo/config.py by `python scripts/preset_schema.py`: do not edit below this line"
+
+
+class _SchemaDumper(yaml.SafeDumper):
+    """Mappings in block style, lists (enums, type pairs) on one line."""
+
+
+_SchemaDumper.add_representer(
+    list, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
+)
+
+
+def with_generated_block(text: str, key: str, schema: dict[str, Any], indent: int = 2) -> str:
+    """The schema file's ``text`` with everything after the ``GENERATED`` line (the file's end) replaced
+    by ``key: schema`` in YAML, indented by ``indent`` (a ``$defs`` entry)."""
+    marker = " " * indent + GENERATED + "\n"
+    if marker not in text:
+        raise ValueError(f"the schema file has no line {marker.strip()!r}")
+    body = yaml.dump({key: schema}, Dumper=_SchemaDumper, sort_keys=False, width=100, allow_unicode=True)
+    return text[: text.index(marker) + len(marker)] + textwrap.indent(body, " " * indent)
