@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rspo.report.mlflow_run import refresh_report_note, report_run
 from rspo.tracking import (
     REPO_ROOT,
     REPORT_RUN,
@@ -36,8 +37,6 @@ from rspo.tracking import (
     file_dataset,
     log_dataset_inputs,
     recorded_dataset,
-    refresh_report_note,
-    report_run,
     set_long_tag,
     source_tags,
     stored_tag,

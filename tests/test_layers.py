@@ -273,6 +273,20 @@ def test_the_command_lines_live_in_rspo_commands():
     assert commands_defined_in("rspo.bench") == [] and commands_defined_in("rspo.commands.bench")
 
 
+ROOM_LINES = 650
+"""About 600 lines: a module longer than this says in its docstring why it is one file."""
+
+
+def test_a_module_over_about_600_lines_says_why_it_is_one_file():
+    long = {}
+    for m, path in MODULES.items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if lines > ROOM_LINES and "Why one file:" not in doc:
+            long[m] = lines
+    assert not long, f"split these along their concerns, or say in the docstring 'Why one file: ...': {long}"
+
+
 def test_cycle_and_floor_checks_catch_offenders():
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 1}}) is None

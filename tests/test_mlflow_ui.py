@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rspo.tracking import Tracker, log_report
+from rspo.report.mlflow_run import log_report
+from rspo.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,6 +16,7 @@ import pytest
 
 from rspo import tracking
 from rspo.commands import mlflow as mlflow_commands
+from rspo.report import mlflow_run
 from rspo.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, ensure_experiment, file_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +93,8 @@ def test_command_line_is_what_a_user_types():
 
 _LOG_ONE = """
 import sys
-from rspo.tracking import ensure_experiment, log_report
+from rspo.report.mlflow_run import log_report
+from rspo.tracking import ensure_experiment
 uri, target, png = sys.argv[1:4]
 ensure_experiment(uri, "rspo-test")  # the store's engine is up: what follows is only the race
 print("ready", flush=True)
@@ -155,7 +157,7 @@ def test_parallel_report_jobs_share_one_report_run(uri, tmp_path):
         "tables/table_countdown.png",
     }
     # mlflow-init finds the same run instead of making another
-    assert tracking.report_run(uri, "rspo-test", "test") == run.info.run_id
+    assert mlflow_run.report_run(uri, "rspo-test", "test") == run.info.run_id
 
 
 def test_mlflow_init_creates_the_report_run_and_prints_the_runs_table(uri, capsys):

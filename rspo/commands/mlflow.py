@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rspo.commands import preset_path
 from rspo.mlflow_sync import Syncer
+from rspo.report.mlflow_run import report_run
 from rspo.tracking import (
     FAILED,
     REPO_ROOT,
@@ -26,7 +27,6 @@ from rspo.tracking import (
     ensure_experiment,
     experiment_name,
     experiment_url,
-    report_run,
     shipped_results,
     sqlite_path,
     warn,

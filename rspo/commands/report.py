@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def log_to_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -> None:
-    from rspo.tracking import default_tracking_uri, experiment_name, log_report
+    from rspo.report.mlflow_run import log_report
+    from rspo.tracking import default_tracking_uri, experiment_name
 
     experiment = experiment_name(plan.spec)
     run_id = log_report(default_tracking_uri(plan.name), experiment, plan.name, target, files, built_from)

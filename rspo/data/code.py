@@ -54,14 +54,14 @@ Deviations / choices (each says what upstream does):
   TACO / PrimeIntellect (``max_cases`` reproduces a cap, keeping the longest inputs).
 - Problems whose tests mix stdin and call-based cases, or cannot be decoded, are dropped and
   counted, never silently altered.
-- ``generate_code_problems`` is an OFFLINE FALLBACK (templated stdin / function problems with
-  reference outputs computed here) so the smoke preset can train a tiny code model without a hub.
+- ``generate_code_problems`` (rspo.data.code_fallback) is an OFFLINE FALLBACK (templated stdin /
+  function problems with reference outputs computed there) so the smoke preset can train a tiny
+  code model without a hub.
   It is not the DeepCoder mix and shares nothing with the code benchmarks.
 """
 
 from __future__ import annotations
 
-import ast
 import base64
 import json
 import logging
@@ -73,6 +73,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rspo.data.leetcode_tests import cases_from_io, cases_from_test, signature_params
 from rspo.data.math import read_rows
 
 log = logging.getLogger(__name__)
@@ -343,94 +344,6 @@ def normalise_deepcoder(
     return out
 
 
-def _signature_params(starter_code: str, fn_name: str) -> list[str] | None:
-    """Parameter names (without self) of ``fn_name`` in a LeetCode starter, or None."""
-    src = starter_code.rstrip() + "\n" if starter_code.rstrip().endswith(("pass", "...")) else starter_code + "pass\n"
-    try:
-        tree = ast.parse(src)
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn_name:
-            names = [a.arg for a in node.args.posonlyargs + node.args.args]
-            return names[1:] if names and names[0] == "self" else names
-    return None
-
-
-def _order_args(args: list, kwargs: dict, params: list[str] | None) -> list | None:
-    """Positional args + keyword args in signature order (None if they cannot be ordered)."""
-    if not kwargs:
-        return args
-    if params is None:
-        return args + list(kwargs.values())  # keyword order as written (follows the signature)
-    rest = params[len(args) :]
-    if set(kwargs) != set(rest):
-        return None
-    return args + [kwargs[p] for p in rest]
-
-
-def _leetcode_cases_from_test(test_src: str, params: list[str] | None) -> list[dict]:
-    """``def check(candidate): assert candidate(...) == expected`` -> functional cases."""
-    tree = ast.parse(test_src)
-    checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
-    if not checks:
-        raise ValueError("no 'def check(candidate)' in test")
-    cases = []
-    for st in checks[0].body:
-        if not (
-            isinstance(st, ast.Assert)
-            and isinstance(st.test, ast.Compare)
-            and len(st.test.ops) == 1
-            and isinstance(st.test.ops[0], ast.Eq)
-            and isinstance(st.test.left, ast.Call)
-            and isinstance(st.test.left.func, ast.Name)
-            and st.test.left.func.id == "candidate"
-        ):
-            continue
-        call = st.test.left
-        try:
-            args = [ast.literal_eval(a) for a in call.args]
-            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-            expected = ast.literal_eval(st.test.comparators[0])
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            continue  # not plain literals (ListNode/TreeNode helpers, inf, ...)
-        ordered = _order_args(args, kwargs, params)
-        if ordered is not None:
-            cases.append({"input": ordered, "output": expected})
-    return cases
-
-
-_LEETCODE_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
-
-
-def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Name) and node.id in _LEETCODE_NAMES:
-        return _LEETCODE_NAMES[node.id]
-    if isinstance(node, ast.List):
-        return [_literal(e) for e in node.elts]
-    return ast.literal_eval(node)
-
-
-def _leetcode_cases_from_io(input_output: list, params: list[str] | None) -> list[dict]:
-    """``input_output`` fallback: ``{"input": "a = 1, b = [2]", "output": "3"}``."""
-    cases = []
-    for io in input_output:
-        out = io.get("output", "")
-        if not isinstance(out, str) or out.startswith("Error") or out.startswith("Execution timed out"):
-            continue
-        try:
-            call = ast.parse(f"f({io['input']})", mode="eval").body
-            args = [_literal(a) for a in call.args]  # type: ignore[attr-defined]
-            kwargs = {k.arg: _literal(k.value) for k in call.keywords}  # type: ignore[attr-defined]
-            expected = ast.literal_eval(out)
-        except (ValueError, TypeError, SyntaxError, KeyError, AttributeError):
-            continue
-        ordered = _order_args(args, kwargs, params)
-        if ordered is not None:
-            cases.append({"input": ordered, "output": expected})
-    return cases
-
-
 def normalise_leetcode(
     rows: Iterable[dict],
     cutoff: str | None = LCB_TRAIN_CUTOFF,
@@ -453,12 +366,12 @@ def normalise_leetcode(
             stats["leetcode:after_cutoff"] += 1
             continue
         fn = str(row["entry_point"]).split(".")[-1].strip()
-        params = _signature_params(row["starter_code"], fn)
+        params = signature_params(row["starter_code"], fn)
         try:
             if row.get("test"):
-                cases = _leetcode_cases_from_test(row["test"], params)
+                cases = cases_from_test(row["test"], params)
             else:
-                cases = _leetcode_cases_from_io(row.get("input_output") or [], params)
+                cases = cases_from_io(row.get("input_output") or [], params)
         except (SyntaxError, ValueError) as e:
             stats["leetcode:bad_tests"] += 1
             log.debug("%s dropped: %s", where, e)
@@ -616,103 +529,6 @@ def load_code_file(
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# Offline fallback: templated problems with reference outputs
-# ----------------------------------------------------------------------------------------------
-def _fallback_problem(rng: random.Random) -> dict:
-    """One problem in the DeepCoder/TACO schema (tests as a JSON string)."""
-    k = rng.randint(2, 9)
-    kind = rng.randrange(8)
-    ins: list[Any] = []
-    outs: list[Any] = []
-    fn_name = None
-    starter = ""
-    if kind == 0:
-        text = f"Read an integer n and then n integers. Print the sum of the integers multiplied by {k}."
-        sol = f"n = int(input())\nxs = list(map(int, input().split()))\nprint({k} * sum(xs))\n"
-        for _ in range(5):
-            xs = [rng.randint(-50, 50) for _ in range(rng.randint(1, 6))]
-            ins.append(f"{len(xs)}\n{' '.join(map(str, xs))}\n")
-            outs.append(f"{k * sum(xs)}\n")
-    elif kind == 1:
-        text = "Read an integer n and then n integers. Print the largest of them."
-        sol = "n = int(input())\nxs = list(map(int, input().split()))\nprint(max(xs))\n"
-        for _ in range(5):
-            xs = [rng.randint(-99, 99) for _ in range(rng.randint(1, 6))]
-            ins.append(f"{len(xs)}\n{' '.join(map(str, xs))}\n")
-            outs.append(f"{max(xs)}\n")
-    elif kind == 2:
-        text = "Read a word and print it reversed."
-        sol = "print(input()[::-1])\n"
-        for _ in range(5):
-            w = "".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 8)))
-            ins.append(f"{w}\n")
-            outs.append(f"{w[::-1]}\n")
-    elif kind == 3:
-        text = f"Read two integers a and b on one line. Print a * b + {k}."
-        sol = f"a, b = map(int, input().split())\nprint(a * b + {k})\n"
-        for _ in range(5):
-            a, b = rng.randint(-20, 20), rng.randint(-20, 20)
-            ins.append(f"{a} {b}\n")
-            outs.append(f"{a * b + k}\n")
-    elif kind == 4:
-        text = f"Read an integer n. Print YES if n is divisible by {k}, otherwise print NO."
-        sol = f"n = int(input())\nprint('YES' if n % {k} == 0 else 'NO')\n"
-        for _ in range(5):
-            n = rng.randint(0, 100)
-            ins.append(f"{n}\n")
-            outs.append("YES\n" if n % k == 0 else "NO\n")
-    elif kind == 5:
-        fn_name = "add_k"
-        starter = "def add_k(nums, k):\n    "
-        text = "Write a function add_k(nums, k) that returns a new list with k added to every element of nums."
-        sol = "def add_k(nums, k):\n    return [x + k for x in nums]\n"
-        for _ in range(5):
-            xs = [rng.randint(-9, 9) for _ in range(rng.randint(0, 5))]
-            ins.append([xs, k])
-            outs.append([[x + k for x in xs]])
-    elif kind == 6:
-        fn_name = "count_char"
-        starter = "def count_char(s, c):\n    "
-        text = "Write a function count_char(s, c) that returns how many times the character c occurs in s."
-        sol = "def count_char(s, c):\n    return s.count(c)\n"
-        for _ in range(5):
-            s = "".join(rng.choice("abc") for _ in range(rng.randint(0, 8)))
-            c = rng.choice("abc")
-            ins.append([s, c])
-            outs.append([s.count(c)])
-    else:
-        fn_name = "sum_of_multiples"
-        starter = "def sum_of_multiples(n):\n    "
-        text = (
-            f"Write a function sum_of_multiples(n) that returns the sum of the positive multiples of {k} "
-            "not greater than n."
-        )
-        sol = f"def sum_of_multiples(n):\n    return sum(range({k}, n + 1, {k}))\n"
-        for _ in range(5):
-            n = rng.randint(0, 60)
-            ins.append([n])
-            outs.append([sum(range(k, n + 1, k))])
-    tests: dict[str, Any] = {"inputs": ins, "outputs": outs}
-    if fn_name:
-        tests["fn_name"] = fn_name
-    return {
-        "problem": text,
-        "solutions": [sol],
-        "starter_code": starter,
-        "tests": json.dumps(tests),
-        "metadata": {"func_name": fn_name},
-    }
-
-
-def generate_code_problems(n: int, seed: int = 0) -> list[dict]:
-    """``n`` templated code problems in the DeepCoder TACO schema (deterministic in ``seed``)."""
-    if n <= 0:
-        raise ValueError(f"n must be positive, got {n}")
-    rng = random.Random(seed)
-    return [_fallback_problem(rng) for _ in range(n)]
-
-
 def load_code_train(
     source: str = "fallback",
     limit: int | None = None,
@@ -736,6 +552,8 @@ def load_code_train(
         return recs
     if source == "fallback":
         n = limit if limit is not None else n_fallback
+        from rspo.data.code_fallback import generate_code_problems
+
         recs = normalise_deepcoder(generate_code_problems(n, seed), "taco", cutoff, max_cases, stats)
         for r in recs:
             r["source"] = FALLBACK_SOURCE

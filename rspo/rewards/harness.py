@@ -23,6 +23,9 @@ Protocol: the caller writes an 8-byte big-endian length and a JSON spec on stdin
   caller treats every frame as untrusted (it accepts only a well-formed reply to the request
   it has just sent, decodes values into exact built-in types, and decides the verdict
   itself). No test, expected value or pass token is ever sent here.
+
+Why one file: it is passed whole as ``python -c <text>`` into a sandbox that sees no
+other file, so everything the sandboxed side runs must be in this text.
 """
 
 import builtins

@@ -97,6 +97,11 @@ all cases in one process, calling the program wrapped as a function with sys.std
 builtins.open mocked, and uses signal.alarm per case; here each case is a real process
 (fork) with real file descriptors. LCB has no memory cap; the default here is 1 GiB of
 address space. LCB's prelude of star-imports and sys.setrecursionlimit(50000) is kept.
+
+Why one file: the isolation is reviewed as one argument, which backend (bubblewrap, unshare, a
+leased uid), which limits, how a sandboxed process is launched, watched and torn down, and the
+call sessions that reuse that same launch; split, the launch's internals (uid leases, teardown,
+the backend's argv) would become public names other modules could call around the checks.
 """
 
 from __future__ import annotations
