@@ -101,18 +101,12 @@ def generate_and_score(
     """One response per record from a rollout backend, scored by the task's verifier, in chunks of
     ``batch_size``. Record i is sampled from the row stream (seed, row_offset + i), whatever the
     chunking (a data-parallel rank passes the global index of its first record)."""
+    from rspo.rollout import generate_chunks
+
     prompts = [task.prompt(r) for r in records]
     scored: list[tuple[float, str]] = []
-    for i in range(0, len(prompts), batch_size):
-        batch = backend.generate(
-            prompts[i : i + batch_size],
-            1,
-            temperature=temperature,
-            top_p=1.0,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            row_offset=row_offset + i,
-        )
+    sampling = dict(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    for i, batch in generate_chunks(backend, prompts, 1, batch_size, row_offset=row_offset, **sampling):
         scored += task.score_batch(batch.responses, records[i : i + batch_size], workers)
     return scored
 

@@ -127,6 +127,23 @@ def test_hf_rows_do_not_depend_on_the_rest_of_the_batch(tiny):
     assert packed.responses == whole.responses
 
 
+def test_generate_chunks_gives_the_rows_of_one_call_whatever_the_chunk(tiny):
+    """rspo.rollout.generate_chunks: the responses of every chunk size, joined, are one call's, and
+    each chunk starts where it says; a misspelt sampling option is refused by the backend's signature."""
+    from rspo.rollout import generate_chunks
+
+    model, tok = tiny
+    backend = HFBackend(model, tok)
+    kw = dict(temperature=1.0, max_new_tokens=10, seed=11)
+    whole = backend.generate(PROMPTS, 2, row_offset=6, **kw).responses
+    for chunk in (1, 3, 4, 10):
+        parts = list(generate_chunks(backend, PROMPTS, 2, chunk, row_offset=6, **kw))
+        assert [i for i, _ in parts] == list(range(0, len(PROMPTS), chunk))
+        assert [r for _, b in parts for r in b.responses] == whole
+    with pytest.raises(TypeError, match="max_tokens"):
+        list(generate_chunks(backend, PROMPTS, 1, 2, temperature=1.0, max_tokens=5))
+
+
 def test_hf_greedy_matches_transformers_generate(tiny):
     """Our KV-cache loop (positions from the mask, left padding) decodes what `generate` decodes."""
     model, tok = tiny

@@ -11,11 +11,11 @@ rspo.losses), never as the old policy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rspo.rollout.base import RolloutBackend, RolloutBatch
 
-__all__ = ["RolloutBatch", "RolloutBackend", "load_generator", "make_backend"]
+__all__ = ["RolloutBatch", "RolloutBackend", "generate_chunks", "load_generator", "make_backend"]
 
 
 def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
@@ -28,6 +28,19 @@ def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
 
         return VLLMBackend(model, tokenizer, **kwargs)
     raise ValueError(f"rollout.backend: unknown backend {name!r}; choose hf or vllm")
+
+
+def generate_chunks(
+    backend: RolloutBackend, prompts: list[str], n: int, chunk: int, *, row_offset: int = 0, **sampling
+) -> Iterator[tuple[int, RolloutBatch]]:
+    """``backend.generate`` over ``prompts``, ``chunk`` prompts (n responses each) per call; yields
+    (index of the call's first prompt, its batch). Row i of the whole is seeded as row
+    ``row_offset + i`` (the backends' per-row streams), so the responses do not depend on ``chunk``.
+    ``sampling``: the backend's keywords (temperature, top_p, top_k, max_new_tokens, seed), checked
+    by its signature."""
+    step = max(1, chunk)
+    for start in range(0, len(prompts), step):
+        yield start, backend.generate(prompts[start : start + step], n, row_offset=row_offset + start * n, **sampling)
 
 
 def load_generator(
@@ -88,13 +101,11 @@ def load_generator(
         kw = {k: (defaults[k] if v is None else v) for k, v in given.items()}
         per = len(prompts) if backend == "vllm" else max(1, batch_size // max(n, 1))
         out: list[list[str]] = []
-        for start in range(0, len(prompts), max(1, per)):
-            chunk = prompts[start : start + per]
-            batch = engine.generate(chunk, n, temperature=temperature, seed=call_seed, row_offset=start * n, **kw)
-            for i in range(len(chunk)):
-                out.append(batch.responses[i * n : (i + 1) * n])
+        for _, batch in generate_chunks(engine, prompts, n, per, temperature=temperature, seed=call_seed, **kw):
+            rows = len(batch.responses) // n
+            out += [batch.responses[i * n : (i + 1) * n] for i in range(rows)]
             if progress is not None:
-                progress(len(chunk))
+                progress(rows)
         return out
 
     generate_fn.settings = {
