@@ -10,7 +10,7 @@ from tiny_moe import ARCHS, make_tiny_moe
 
 from rspo.models import position_ids_from_mask
 from rspo.router import OldRouterCache, RoutingMode
-from rspo.train.forward import policy_forward, window
+from rspo.train.forward import ForwardSettings, Rows, policy_forward, window
 
 G = 3
 # the modes that route from a cache (rollout replay: from the engine's experts, here the old pass's)
@@ -58,18 +58,11 @@ def run(model, ids, attn, resp, P, share, routing=RoutingMode.NONE, cache=None, 
     groups = torch.arange(ids.shape[0]) // G
     with policy_forward(
         model,
-        ids,
-        attn,
-        resp,
-        P,
-        groups,
-        temperature=temperature,
+        Rows(ids, attn, resp, P, groups, cache),
+        ForwardSettings(temperature=temperature, share_prompts=share, logits_chunk=logits_chunk),
         with_entropy=True,
         capture=True,
         routing=routing,
-        cache=cache,
-        share_prompts=share,
-        logits_chunk=logits_chunk,
     ) as (out, win):
         (out.logp.sum() + 0.1 * out.entropy.sum()).backward()  # router logits: compared by value only
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -108,7 +101,7 @@ def test_the_window_trims_padding_only_and_scores_the_sampling_temperature():
     T = 1.7
     with torch.no_grad():
         with policy_forward(
-            model, ids, attn, resp, P, torch.arange(ids.shape[0]) // G, temperature=T, with_entropy=True
+            model, Rows(ids, attn, resp, P, torch.arange(ids.shape[0]) // G), ForwardSettings(T), with_entropy=True
         ) as (out, _):
             pass
         full = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits
@@ -159,16 +152,11 @@ def test_gradient_checkpointing_gives_the_forward_and_gradients_of_the_plain_bac
         model.zero_grad(set_to_none=True)
         with policy_forward(
             model,
-            ids,
-            attn,
-            resp,
-            P,
-            torch.arange(ids.shape[0]) // G,
+            Rows(ids, attn, resp, P, torch.arange(ids.shape[0]) // G, cache),
+            ForwardSettings(share_prompts=False),
             with_entropy=True,
             capture=True,
             routing=routing,
-            cache=cache,
-            share_prompts=False,
         ) as (out, _):
             router = sum(torch.logsumexp(lg.float(), -1).sum() for lg in out.router_logits)
             (out.logp.sum() + 0.1 * out.entropy.sum() + 0.01 * router).backward()

@@ -13,7 +13,7 @@ the tokens an update would otherwise process (prompts ~10 tokens, responses ~17)
 and the update forward go through the same code on the same rows, so the on-policy update still
 reproduces the old pass bit for bit.
 
-``share_prompts=False`` is the plain single forward. The trainer uses it with gradient
+``ForwardSettings.share_prompts=False`` is the plain single forward. The trainer uses it with gradient
 checkpointing (which drops the KV cache the shared prompt needs), where the backward recomputes
 each layer: the routing hooks and the router capture both stay in place through the caller's
 ``backward()`` (``rspo.router.routing_control`` takes one cache per forward; the capture stops
@@ -60,58 +60,87 @@ def window(attention_mask: torch.Tensor, response_mask: torch.Tensor, prompt_wid
     return lo, P + max(1, int(response_mask.sum(dim=1).max()))
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The rows a forward reads, in the batch layout (rspo.rollout: left-padded prompts of width P,
+    then right-padded responses)."""
+
+    input_ids: torch.Tensor
+    """(b, P + R) token ids."""
+    attention_mask: torch.Tensor
+    """(b, P + R)."""
+    response_mask: torch.Tensor
+    """(b, R) the response tokens (up to and including the stop token)."""
+    prompt_width: int
+    """P."""
+    groups: torch.Tensor
+    """(b,) the prompt each row answers: rows with equal ids have equal prompt tokens."""
+    cache: OldRouterCache | None = None
+    """The old router cache of these rows over the full layout width (replay modes only)."""
+
+
+@dataclass(frozen=True)
+class ForwardSettings:
+    """How a run forwards its rows, the same for every forward of the run."""
+
+    temperature: float = 1.0
+    """Log-probs and entropy of softmax(logits / temperature): the distribution that was sampled."""
+    share_prompts: bool = True
+    """Each group's prompt once (False: the plain forward, with gradient checkpointing)."""
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    """The context of the model calls (rspo.train.precision: bf16 compute over fp32 weights in one
+    process)."""
+    logits_chunk: int = 0
+    """> 0: log-probs and entropy from the final hidden states that many positions at a time, never
+    the whole logits tensor (rspo.train.memory)."""
+
+
 @contextlib.contextmanager
 def policy_forward(
     model,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    response_mask: torch.Tensor,
-    prompt_width: int,
-    groups: torch.Tensor,
+    rows: Rows,
+    settings: ForwardSettings = ForwardSettings(),
     *,
-    temperature: float = 1.0,
     with_entropy: bool = False,
     capture: bool = False,
     routing: RoutingMode = RoutingMode.NONE,
-    cache: OldRouterCache | None = None,
-    share_prompts: bool = True,
-    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    logits_chunk: int = 0,
 ) -> Iterator[tuple[PolicyOutputs, tuple[int, int]]]:
-    """Forward b rows of the batch layout; a context manager that yields (outputs on the window's
-    response part, (lo, hi)). Call ``backward()`` inside the block: with ``share_prompts=False``
-    the routing hooks stay in place for a gradient-checkpointing recomputation.
-
-    input_ids, attention_mask: (b, P + R) rows of the layout; response_mask: (b, R); groups: (b,)
-    the prompt each row answers (rows with equal ids have equal prompt tokens). ``cache``: the
-    old router cache of these rows over the full layout width (replay modes only). Outputs cover
-    the response columns P..hi of the window: logp and entropy are (b, hi - P). ``autocast``: the
-    context of the model calls (rspo.train.precision: bf16 compute over fp32 weights in one process).
-    ``logits_chunk`` > 0: log-probs and entropy from the final hidden states that many positions at a
-    time, never the whole logits tensor (rspo.train.memory).
-    """
-    P = prompt_width
-    lo, hi = window(attention_mask, response_mask, P)
+    """Forward the b ``rows``; a context manager that yields (outputs on the window's response part,
+    (lo, hi)). Call ``backward()`` inside the block: with ``share_prompts=False`` the routing hooks
+    stay in place for a gradient-checkpointing recomputation. Outputs cover the response columns
+    P..hi of the window: logp and entropy are (b, hi - P); ``capture``: the router logits and
+    experts of every position; ``routing``: the routing mode of this forward (replay modes read
+    ``rows.cache``)."""
+    P, temperature = rows.prompt_width, settings.temperature
+    lo, hi = window(rows.attention_mask, rows.response_mask, P)
     replay = routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY, RoutingMode.ROLLOUT_REPLAY)
-    win = Window(input_ids[:, lo:hi], attention_mask[:, lo:hi], P, lo, hi, groups, cache[:, lo:hi] if replay else None)
+    win = Window(
+        rows.input_ids[:, lo:hi],
+        rows.attention_mask[:, lo:hi],
+        P,
+        lo,
+        hi,
+        rows.groups,
+        rows.cache[:, lo:hi] if replay else None,
+    )
 
     def scores(out_logits, targets, start, head):
         """(log-probs, entropy) of ``targets`` from the logits, or from the hidden states in chunks."""
         if head is None:
             return response_logprobs(out_logits, targets, start, with_entropy, temperature)
-        with autocast():
+        with settings.autocast():
             return response_logprobs_chunked(
-                out_logits, head.weight, targets, start, with_entropy, temperature, logits_chunk
+                out_logits, head.weight, targets, start, with_entropy, temperature, settings.logits_chunk
             )
 
-    with lm_head_returns_hidden(model) if logits_chunk else contextlib.nullcontext() as head:
-        run = _shared_prompt_forward if share_prompts else _rows_forward
+    with lm_head_returns_hidden(model) if settings.logits_chunk else contextlib.nullcontext() as head:
+        run = _shared_prompt_forward if settings.share_prompts else _rows_forward
         yield from run(
             model,
             win,
             capture,
             routing,
-            autocast,
+            settings.autocast,
             lambda out_logits, targets, start: scores(out_logits, targets, start, head),
         )
 

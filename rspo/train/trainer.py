@@ -81,7 +81,7 @@ from rspo.seeding import derive_seed
 from rspo.tasks import Task, task_for
 from rspo.train import checkpoint
 from rspo.train.collapse import CollapseDetector
-from rspo.train.forward import policy_forward
+from rspo.train.forward import ForwardSettings, Rows, policy_forward
 from rspo.train.group_stats import group_stats, response_entropy
 from rspo.train.memory import (
     HostBuffers,
@@ -318,19 +318,23 @@ class Trainer:
         replay_old = not update and self.routing is RoutingMode.ROLLOUT_REPLAY
         return policy_forward(
             self.model,
-            batch.input_ids[rows],
-            batch.attention_mask[rows],
-            batch.response_mask[rows],
-            batch.prompt_width,
-            rows // self.cfg.rollout.group_size,
-            temperature=self.cfg.rollout.temperature,
+            Rows(
+                batch.input_ids[rows],
+                batch.attention_mask[rows],
+                batch.response_mask[rows],
+                batch.prompt_width,
+                rows // self.cfg.rollout.group_size,
+                cache[rows] if cache is not None else None,
+            ),
+            ForwardSettings(
+                temperature=self.cfg.rollout.temperature,
+                share_prompts=not self.cfg.model.gradient_checkpointing,
+                autocast=self.precision.autocast,
+                logits_chunk=self.cfg.model.logits_chunk_tokens,
+            ),
             with_entropy=with_entropy,
             capture=capture,
             routing=self.routing if update or replay_old else RoutingMode.NONE,
-            cache=cache[rows] if cache is not None else None,
-            share_prompts=not self.cfg.model.gradient_checkpointing,
-            autocast=self.precision.autocast,
-            logits_chunk=self.cfg.model.logits_chunk_tokens,
         )
 
     def _new_cache(self, batch: RolloutBatch, mbs: list[torch.Tensor]) -> RowCache | None:
