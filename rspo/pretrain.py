@@ -131,38 +131,20 @@ def sft_pairs(
     seed: int = 0,
     prompt_format: Any = None,
 ) -> list[tuple[str, str]]:
-    """(prompt, completion) texts. Countdown with ``solution: any``: each example's completion is
-    one of its problem's valid solutions (every path of the exhaustive search that reaches the
-    target, so also the same operations in another order), drawn uniformly with a stream seeded
-    by (seed, example index); ``first`` is the one Qin et al.'s DFS finds first (the record's)."""
+    """(prompt, completion) texts of the task's records (rspo.tasks.<task>.sft_pairs): Countdown in
+    format ``fmt`` with ``solution`` first or any (seeded by ``seed``); math and code in
+    ``prompt_format``, with a short thought under a thinking chat template."""
     if task == "countdown":
-        from rspo.data.countdown import format_completion, format_prompt
+        from rspo.tasks import countdown
 
-        if solution == "first":
-            return [(format_prompt(r, fmt), format_completion(r, fmt)) for r in records]
-        from rspo.data.countdown.solver import all_solutions
+        return countdown.sft_pairs(records, fmt, solution, seed)
+    import importlib
 
-        pairs = []
-        for i, r in enumerate(records):
-            sols = all_solutions(int(r["target"]), r["nums"])
-            pick = sols[random.Random(f"{seed}:{i}").randrange(len(sols))]
-            pairs.append((format_prompt(r, fmt), format_completion({**r, "solution": pick}, fmt)))
-        return pairs
     from rspo.tasks import get_task
 
-    t = get_task(task, fmt=prompt_format)
-    thinking = prompt_format is not None and prompt_format.chat and prompt_format.enable_thinking
-    pairs = []
-    for r in records:
-        if task == "math":
-            ans = r["answer"][0] if isinstance(r["answer"], list) else r["answer"]
-            think = f"<think>\nThe answer is {ans}.\n</think>\n\n" if thinking else ""
-            pairs.append((t.prompt(r), f"{think} The answer is \\boxed{{{ans}}}."))
-        else:
-            sol = r.get("solution") or ""
-            if sol:
-                think = "<think>\nA program.\n</think>\n\n" if thinking else ""
-                pairs.append((t.prompt(r), f"{think}```python\n{sol}\n```"))
+    thinking = bool(prompt_format is not None and prompt_format.chat and prompt_format.enable_thinking)
+    module = importlib.import_module(f"rspo.tasks.{task}")
+    pairs = module.sft_pairs(get_task(task, fmt=prompt_format), records, thinking)
     if not pairs:
         raise ValueError(f"no {task} record has a reference completion to pretrain on")
     return pairs
@@ -238,12 +220,9 @@ def task_prompt_format(preset: Preset, task: str, tok) -> Any:
 
 def _load_task_data(task: str, data: str, fmt: str, seed: int):
     if task == "countdown":
-        from rspo.data.countdown import load_split
+        from rspo.tasks import countdown
 
-        d = Path(data)
-        train = load_split(d / "train.jsonl")
-        val = load_split(d / "val.jsonl")
-        return train, val
+        return countdown.pretraining_records(data)
     from rspo.tasks import get_task, load_records
 
     records = load_records(get_task(task), data)

@@ -62,35 +62,25 @@ def prepare_main(argv: list[str] | None = None) -> int:
     stats: Counter = Counter()
     try:
         if args.task == "math":
-            from rspo.data import math as m
+            from rspo.tasks import math
 
-            recs = m.load_math_train(
-                args.source,
-                limit=args.limit,
-                seed=args.seed,
-                n_fallback=args.n_fallback,
-                revision=args.revision or m.DEEPSCALER_REVISION,
+            recs = math.prepare(
+                args.source, limit=args.limit, seed=args.seed, n_fallback=args.n_fallback, revision=args.revision
             )
-            for i, r in enumerate(recs):
-                m.validate_math_record(r, f"record {i}")
         else:
-            from rspo.data import code as c
+            from rspo.tasks import code
 
-            kw = {}
-            if args.sources:
-                kw["sources"] = tuple(s.strip() for s in args.sources.split(",") if s.strip())
-            recs = c.load_code_train(
+            sources = None if not args.sources else [s.strip() for s in args.sources.split(",") if s.strip()]
+            recs = code.prepare(
                 args.source,
                 limit=args.limit,
                 seed=args.seed,
                 n_fallback=args.n_fallback,
-                cutoff=args.cutoff or c.LCB_TRAIN_CUTOFF,
+                sources=sources,
+                cutoff=args.cutoff,
                 max_cases=args.max_cases,
                 stats=stats,
-                **kw,
             )
-            for i, r in enumerate(recs):
-                c.validate_code_record(r, f"record {i}")
     except (FileNotFoundError, ValueError) as e:
         print(f"rspo prepare: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,6 @@
-"""Tasks: how a training/validation record becomes a prompt and how a completion is scored.
+"""Tasks: how a training/validation record becomes a prompt and how a completion is scored, one
+module per task holding its wiring (rspo.tasks.countdown, .math, .code: the task's data, prompt,
+verifier, training-data preparation and pretraining pairs); this package holds what they share.
 
 One verifier per task, shared by the RL reward and by evaluation:
 countdown -> rspo.rewards.countdown, math -> rspo.rewards.math (math-verify in worker
@@ -8,59 +10,32 @@ Math and code prompts follow a prompt format (rspo.chat.PromptFormat, from ``dat
 ``data.enable_thinking``): the model's chat template or a hand-written template (``qwen_math`` /
 ``chatml`` when none is given). Under a chat template the reward grades the text after the thinking
 block, as evaluation does (an unfinished thought scores 0).
+
+A new task: a module here with ``task(...) -> Task`` (and ``prepare`` / ``sft_pairs`` where it has
+training data and pretraining), its name in rspo.config.TASKS.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rspo.config import TASKS
+
 
 @dataclass(frozen=True)
 class Task:
+    """A task as a run uses it: its records' loader, their prompt and the verifier of a batch of
+    completions (-> (score, reason) per completion)."""
+
     name: str
     load: Callable[[str], list[dict[str, Any]]]
     prompt: Callable[[dict[str, Any]], str]
     score_batch: Callable[[list[str], list[dict[str, Any]], int], list[tuple[float, str]]]
-
-
-def _countdown(prompt_format: str) -> Task:
-    from rspo.data import countdown as cd
-    from rspo.rewards import countdown as reward
-
-    def score_batch(completions, records, workers):
-        return [reward.score(c, r["nums"], r["target"]) for c, r in zip(completions, records)]
-
-    return Task("countdown", cd.load_split, lambda r: cd.format_prompt(r, prompt_format), score_batch)
-
-
-def _math(fmt) -> Task:
-    from rspo import prompts
-    from rspo.data import math as data
-
-    def score_batch(completions, records, workers):
-        from rspo.rewards import math as reward
-
-        answers = [fmt.answer(c)[0] for c in completions]
-        return reward.score_batch(answers, [r["answer"] for r in records], workers=workers)
-
-    return Task("math", data.load_math_file, lambda r: prompts.math_item_prompt(r["prompt"], fmt), score_batch)
-
-
-def _code(fmt) -> Task:
-    from rspo import prompts
-    from rspo.data import code as data
-
-    def score_batch(completions, records, workers):
-        from rspo.rewards import code as reward
-
-        programs = [reward.extract_code(fmt.answer(c)[0]) for c in completions]
-        return reward.score_batch(programs, [r["tests"] for r in records], workers=workers)
-
-    return Task("code", data.load_code_file, lambda r: prompts.code_record_prompt(r, fmt), score_batch)
 
 
 def get_task(name: str, prompt_format: str = "steps", fmt=None) -> Task:
@@ -68,12 +43,12 @@ def get_task(name: str, prompt_format: str = "steps", fmt=None) -> Task:
     (default: the hand-written qwen_math / chatml templates)."""
     from rspo.chat import HAND_DEFAULT, PromptFormat
 
+    if name not in TASKS:
+        raise ValueError(f"data.task: unknown task {name!r}; choose countdown, math or code")
+    module = importlib.import_module(f"rspo.tasks.{name}")
     if name == "countdown":
-        return _countdown(prompt_format)
-    if name in ("math", "code"):
-        fmt = fmt or PromptFormat(name, HAND_DEFAULT[name])
-        return _math(fmt) if name == "math" else _code(fmt)
-    raise ValueError(f"data.task: unknown task {name!r}; choose countdown, math or code")
+        return module.task(prompt_format)
+    return module.task(fmt or PromptFormat(name, HAND_DEFAULT[name]))
 
 
 def task_for(cfg_data, tokenizer) -> Task:
