@@ -5,7 +5,7 @@ rspo/config.py's dataclasses, ``scripts/preset_schema.py`` writes them and a tes
 
 A constraint is a bound (``ge``, ``gt``, ``le``, ``lt``; on each item of a tuple), a set of
 ``choices``, or ``nonempty`` for a string. Checks that relate two fields, or that need to say why
-(``rollout.top_p`` must be 1 for training), stay in each section's ``validate``. A field's schema
+(``rollout.top_p`` must be 1 for training), stay in each section's ``checks``. A field's schema
 description is the first sentence of its docstring in the source.
 """
 
@@ -24,13 +24,10 @@ import yaml
 
 from rspo.method import ConfigError
 
-_MISSING = dataclasses.MISSING
-
 
 def setting(
-    default: Any = _MISSING,
+    default: Any,
     *,
-    factory: Any = _MISSING,
     ge: float | None = None,
     gt: float | None = None,
     le: float | None = None,
@@ -45,8 +42,6 @@ def setting(
     meta = {k: v for k, v in meta.items() if v is not None and v is not False}
     if choices is not None:
         meta["noun"] = noun
-    if factory is not _MISSING:
-        return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
