@@ -36,16 +36,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
-def trl_available() -> None:
-    try:
-        import trl  # noqa: F401
-    except ImportError as e:
-        raise SystemExit(
-            "this needs TRL, an optional dependency: pip install -e '.[bench]' (or run `make bench`)"
-        ) from e
-
-
 TRAINERS = {
     "trl-grpo": "trl.GRPOTrainer",
     "trl-rspo": "rspo.integrations.trl.RSPOTrainer (TRL GMPOTrainer + RS)",
@@ -150,7 +140,9 @@ def run_parity(
 ) -> dict[str, Any]:
     if trainer not in TRAINERS:
         raise ValueError(f"--trainer: unknown trainer {trainer!r}; choose one of {list(TRAINERS)}")
-    trl_available()
+    from rspo.integrations import require_trl
+
+    require_trl("rspo parity")
     import torch
     from trl import GRPOTrainer
 

@@ -35,6 +35,7 @@ import random
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,43 +233,62 @@ def _load_task_data(task: str, data: str, fmt: str, seed: int):
     return records[n_val:], records[:n_val]
 
 
-def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PretrainJob:
+    """What one `rspo pretrain` job trains and where: beside the preset's ``pretrain`` settings."""
+
+    task: str
+    """countdown, math or code."""
+    data: str
+    """Countdown: the generated folder; math/code: the training JSONL."""
+    out: str
+    """The checkpoint folder (its ``.work`` sibling holds checkpoints and metrics while training)."""
+    tokenizer: str | None = None
+    """Countdown's tokenizer folder (math/code train their own)."""
+    threads: int = 0
+    mlflow: bool = True
+    quiet: bool = False
+    max_steps: int = 0
+    """> 0: stop after this many steps (testing resume)."""
+
+
+def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict[str, Any]:
     from rspo.models import build_model, load_balancing_loss, save_checkpoint, set_threads
     from rspo.progress import Progress
     from rspo.router import capture_router_logits, router_spec
     from rspo.tokenizer import tokenizer_fingerprint
     from rspo.tracking import Tracker, default_tracking_uri
 
-    set_threads(args.threads)
-    out = Path(args.out)
+    set_threads(job.threads)
+    out = Path(job.out)
     work = out.with_name(out.name + ".work")  # checkpoints and metrics while training
     work.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     fmt = p["format"]
-    train, val = _load_task_data(args.task, args.data, fmt, p["seed"])
-    if args.task == "countdown":
+    train, val = _load_task_data(job.task, job.data, fmt, p["seed"])
+    if job.task == "countdown":
         from rspo.tokenizer import load_tokenizer
 
-        if not args.tokenizer:
+        if not job.tokenizer:
             raise SystemExit("rspo pretrain: --tokenizer is required for countdown")
-        tok = load_tokenizer(args.tokenizer)
+        tok = load_tokenizer(job.tokenizer)
     else:
         from rspo.data.text_tokenizer import train_text_tokenizer
 
-        pairs0 = sft_pairs(args.task, train, fmt)
+        pairs0 = sft_pairs(job.task, train, fmt)
         tok_dir = work / "tokenizer"
         if not (tok_dir / "tokenizer.json").is_file():
             train_text_tokenizer([a + b for a, b in pairs0], p.get("vocab_size", 512), tok_dir)
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    prompt_format = task_prompt_format(preset, args.task, tok)
-    arch = pretrained_architecture(p, args.task)
+    prompt_format = task_prompt_format(preset, job.task, tok)
+    arch = pretrained_architecture(p, job.task)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = build_model(arch, tok, seed=p["seed"]).to(device)
     use_aux = p["router_aux_loss_coef"] > 0
     max_len = int(arch.get("max_position_embeddings", 256))
-    pairs = sft_pairs(args.task, train, fmt, p["solution"], p["seed"], prompt_format)
+    pairs = sft_pairs(job.task, train, fmt, p["solution"], p["seed"], prompt_format)
     seqs, starts = encode_pairs(tok, pairs, max_len)
     n = len(seqs)
     bs = p["batch_size"]
@@ -303,7 +323,7 @@ def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
     else:
         metrics_path.unlink(missing_ok=True)
     tracker = None
-    if not args.no_mlflow:
+    if job.mlflow:
         from rspo.tracking import experiment_name
 
         name = preset.name
@@ -311,18 +331,18 @@ def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
         tracker = Tracker(
             default_tracking_uri(name),
             experiment,
-            f"pretrain-{args.task}",
+            f"pretrain-{job.task}",
             run_id=run_id,
             params={f"pretrain/{k}": json.dumps(v) for k, v in p.items()},
-            tags={"kind": "pretrain", "task": args.task, "preset": name},
+            tags={"kind": "pretrain", "task": job.task, "preset": name},
             source="rspo pretrain",
             key=f"pretrain/{out.name}",
             preset=name,
         )
-        if args.task == "countdown":
-            files = [(Path(args.data) / "train.jsonl", "training"), (Path(args.data) / "val.jsonl", "validation")]
+        if job.task == "countdown":
+            files = [(Path(job.data) / "train.jsonl", "training"), (Path(job.data) / "val.jsonl", "validation")]
         else:  # the held-out records are a seeded sample of the same file
-            files = [(Path(args.data), "training")]
+            files = [(Path(job.data), "training")]
         tracker.log_datasets([(f, c) for f, c in files if f.is_file()])
 
     def log(m: dict[str, float], s: int) -> None:
@@ -361,9 +381,9 @@ def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
     t_loop = time.time()
     last_logged = step
     loss_ema = None
-    progress = Progress(f"pretrain {args.task}", total_steps, initial=step, quiet=getattr(args, "quiet", False))
+    progress = Progress(f"pretrain {job.task}", total_steps, initial=step, quiet=job.quiet)
     while step < total_steps:
-        if args.max_steps and step >= args.max_steps:
+        if job.max_steps and step >= job.max_steps:
             break
         idx = []
         for i in range(step * bs, (step + 1) * bs):
@@ -406,29 +426,27 @@ def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
         shown = {"loss": loss.item(), "loss_ema": loss_ema, "lr": sched.get_last_lr()[0], "acc": None}
         if p["eval_every"] and step % p["eval_every"] == 0 and step < total_steps:
             model.eval()
-            acc = heldout_accuracy(
-                model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format
-            )
+            acc = heldout_accuracy(model, tok, job.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format)
             model.train()
             log({"pretrain/val_accuracy": acc["accuracy"]}, step)
             shown["acc"] = acc["accuracy"]
         progress.update(step, shown, force=shown["acc"] is not None)
         if step % p["ckpt_every"] == 0 and step < total_steps:
             save_ckpt()
-    if args.max_steps and step < total_steps:
+    if job.max_steps and step < total_steps:
         progress.close()
         save_ckpt()
         if tracker:
             tracker.end("KILLED")
         return {"stopped_at": step}
     model.eval()
-    acc = heldout_accuracy(model, tok, args.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format)
+    acc = heldout_accuracy(model, tok, job.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format)
     log({"pretrain/val_accuracy": acc["accuracy"]}, step)
     progress.update(step, {**progress.metrics, "acc": acc["accuracy"]}, force=True)
     progress.close()
     wall = time.time() - t_start
     summary = {
-        "task": args.task,
+        "task": job.task,
         "steps": step,
         "examples": step * bs,
         "final_loss_ema": loss_ema,
@@ -438,9 +456,7 @@ def run_pretraining(preset: Preset, p: dict[str, Any], args) -> dict[str, Any]:
         "params_total": sum(q.numel() for q in model.parameters()),
         "format": fmt,
     }
-    save_checkpoint(
-        model, tok, out, meta={"tokenizer_fingerprint": fp, "task": args.task, "format": fmt, "pretrain": p}
-    )
+    save_checkpoint(model, tok, out, meta={"tokenizer_fingerprint": fp, "task": job.task, "format": fmt, "pretrain": p})
     if tracker:
         tracker.log_metrics({"pretrain/wall_time_s": wall}, step)
         tracker.end("FINISHED")

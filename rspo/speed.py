@@ -48,15 +48,6 @@ from typing import Any
 COLUMNS = ("rollout_s", "old_pass_s", "update_s", "step_s", "rollout_tok_s", "update_tok_s")
 
 
-def _trl_available() -> None:
-    try:
-        import trl  # noqa: F401
-    except ImportError as e:
-        raise SystemExit(
-            "rspo speed needs TRL, an optional benchmark dependency: pip install -e '.[bench]' (or run `make bench`)"
-        ) from e
-
-
 def _deep_model(src: Path, dst: Path, layers: int) -> Path:
     """A random-init copy of ``src``'s architecture with ``layers`` decoder layers (same tokenizer)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -337,7 +328,9 @@ def run_speed(
     if "rspo" not in contenders or not set(contenders) <= set(CONTENDERS):
         raise ValueError(f"contenders must include rspo and come from {CONTENDERS}, got {contenders}")
     if "trl" in contenders:
-        _trl_available()
+        from rspo.integrations import require_trl
+
+        require_trl("rspo speed")
     from rspo.bench import prepare_inputs
     from rspo.models import set_threads
 

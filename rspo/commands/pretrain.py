@@ -37,5 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as e:
         print(f"rspo pretrain: {e}", file=sys.stderr)
         return 2
-    pretrain.run_pretraining(preset, p, args)
+    job = pretrain.PretrainJob(
+        task=args.task,
+        data=args.data,
+        out=args.out,
+        tokenizer=args.tokenizer,
+        threads=args.threads,
+        mlflow=not args.no_mlflow,
+        quiet=args.quiet,
+        max_steps=args.max_steps,
+    )
+    pretrain.run_pretraining(preset, p, job)
     return 0
