@@ -138,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         help="open this run's metric charts (its 'Model metrics' tab) instead of the runs table",
     )
     ap.add_argument("--metric", default="", help="with --run: open this metric's chart page")
+    ap.add_argument(
+        "--by-name",
+        action="store_true",
+        help="sort the runs table by run name, descending (the table loads 100 runs at a time, and runs "
+        "whose start times tie would otherwise come in any order)",
+    )
     ap.add_argument("--attempts", type=int, default=3)
     ap.add_argument("--server-timeout", type=float, default=120.0)
     args = ap.parse_args(argv)
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # never let the pipe fill up
         if args.run:
             url = run_metrics_url(url, args, port)
+        elif args.by_name:
+            url += ("&" if "?" in url else "?") + "orderByKey=tags.%60mlflow.runName%60&orderByAsc=false"
         if not wait_healthy(f"http://127.0.0.1:{port}", proc, args.server_timeout):
             log.seek(0)
             print(json.dumps({"error": f"mlflow ui did not become healthy: {log.read()[-2000:]}"}))
