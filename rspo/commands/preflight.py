@@ -41,10 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         preflight.run_stage(args.stage, args)
         return 0
     world = max(1, int(plan.resources("train")["processes"]))
-    passed = [a for a in argv if a not in ("--out",)]
-    if "--out" in argv:
-        i = argv.index("--out")
-        passed = argv[:i] + argv[i + 2 :]
+    i = argv.index("--out") if "--out" in argv else len(argv)
+    passed = argv[:i] + argv[i + 2 :]  # the stages get their own --out
     try:
         result = preflight.run_stages(args, world, passed)
     except RuntimeError as e:
