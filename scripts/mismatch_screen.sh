@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 run() {  # name base-run seed overrides...
   local name=$1 base=$2 seed=$3; shift 3
   [ -f "$OUT/$name/done" ] && return
-  python -m rspo train --preset configs/small.yaml --run "$base-s$seed" --base-model results/small/models/base \
+  python -m rspo train --preset configs/small.yaml --run-name "$base-s$seed" --base-model results/small/models/base \
     --train-data results/small/data/countdown/train.jsonl --val val=results/small/data/countdown/val.jsonl \
     --out "$OUT/$name" --set rollout.dtype=fp8 --set schedule.total_steps=60 --set schedule.val_every=30 \
     --no-mlflow --quiet --threads 1 "$@" > "$OUT/$name.log" 2>&1 && touch "$OUT/$name/done"

@@ -28,7 +28,7 @@ def run(args, backend: str) -> tuple[list[dict], float]:
         rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
         return rows, float(done.read_text())
     data = Path(args.data)
-    cmd = [sys.executable, "-m", "rspo", "train", "--preset", args.preset, "--run", args.run]
+    cmd = [sys.executable, "-m", "rspo", "train", "--preset", args.preset, "--run-name", args.run]
     cmd += ["--base-model", args.base_model, "--train-data", str(data / "train.jsonl")]
     cmd += ["--val", f"val={data / 'val.jsonl'}", "--out", str(out), "--threads", str(args.threads)]
     cmd += ["--no-mlflow", "--quiet"]

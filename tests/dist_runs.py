@@ -80,10 +80,18 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
-def assert_same_run(a: Path, b: Path, rel: float = 1e-4, atol: float = 2e-4, ignore: tuple[str, ...] = ()) -> None:
-    """Metrics within ``rel`` (abs 1e-6) but those in ``ignore``, final weights within (rtol 1e-3, ``atol``)."""
+def assert_same_run(
+    a: Path,
+    b: Path,
+    rel: float = 1e-4,
+    atol: float = 2e-4,
+    ignore: tuple[str, ...] = (),
+    steps: tuple[int, ...] = (0, 1, 2, 3),
+) -> None:
+    """Metrics of ``steps`` within ``rel`` (abs 1e-6) but those in ``ignore``, final weights within
+    (rtol 1e-3, ``atol``)."""
     ra, rb = metrics(a), metrics(b)
-    assert [r["step"] for r in ra] == [r["step"] for r in rb] == [0, 1, 2, 3]
+    assert [r["step"] for r in ra] == [r["step"] for r in rb] == list(steps)
     for x, y in zip(ra, rb):
         assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
         for k in set(x) - set(ignore):

@@ -49,3 +49,87 @@ def test_preset_path_takes_a_name_or_a_path(tmp_path):
     own.write_text("preset: mine\n")
     assert preset_path(str(own)) == own
     assert preset_path("configs/missing.yaml") == Path("configs/missing.yaml")  # a path stays a path
+
+
+# ---------------------------------------------------------------------------- under torchrun
+
+
+class _Parser(Exception):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+def _parsers(main, argv: list[str], monkeypatch) -> list:
+    """Every argparse parser that ``main(argv)`` builds and reads (its subcommands' too)."""
+    import argparse
+
+    def capture(self, *args, **kwargs):
+        raise _Parser(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_known_args", capture)
+        with pytest.raises(_Parser) as e:
+            main(argv)
+    found, todo = [], [e.value.parser]
+    while todo:
+        parser = todo.pop()
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    return found
+
+
+def _command_lines(monkeypatch) -> dict[str, list[str]]:
+    """{command line: its option strings} of every rspo command (each evaluate family) and of the
+    memory simulation's worker: what a launch under torchrun may carry after ``-m rspo``."""
+    from rspo.commands.evaluate import FAMILIES
+    from rspo.gpu_memory import simulate
+
+    mains = {
+        name: (getattr(importlib.import_module(cli.COMMANDS[name].split(":")[0]), cli.COMMANDS[name].split(":")[1]), [])
+        for name in cli.COMMANDS
+        if name != "evaluate"
+    }
+    for family in FAMILIES:
+        mains[f"evaluate {family}"] = (importlib.import_module("rspo.commands.evaluate").main, [family])
+    mains["rspo.gpu_memory.simulate"] = (simulate.main, [])
+    lines = {}
+    for label, (main, argv) in mains.items():
+        opts = {s for p in _parsers(main, argv, monkeypatch) for a in p._actions for s in a.option_strings}
+        lines[label] = sorted(opts)
+    return lines
+
+
+def _torchrun_refuses(args: list[str]) -> str | None:
+    """torchrun's own parser (the pinned torch's) on ``torchrun --standalone --nproc-per-node 2 -m rspo
+    <args>``: None when it starts the script with ``args`` untouched, else its error."""
+    import contextlib
+    import io
+
+    from torch.distributed.run import get_args_parser
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            ns = get_args_parser().parse_args(["--standalone", "--nproc-per-node", "2", "-m", "rspo", *args])
+        except SystemExit:
+            return err.getvalue().strip().splitlines()[-1]
+    return None if ns.training_script_args == args else f"torchrun passed {ns.training_script_args}"
+
+
+def test_torchrun_reads_no_option_of_an_rspo_command_as_its_own(monkeypatch):
+    """Python's argparse looks at every argument for its own options' prefixes, also those after the
+    script, so `torchrun ... -m rspo train --run X` once died with "ambiguous option: --run could
+    match --run-path". No command's option may be read that way (each checked with the value 'x'
+    and in its `--opt=x` form), and the check itself catches that spelling."""
+    assert "ambiguous option: --run could match --run-path" in _torchrun_refuses(["train", "--run", "x"])
+    refused = {}
+    for line, opts in _command_lines(monkeypatch).items():
+        words = line.split()
+        for opt in opts:
+            for args in ([*words, opt, "x"], [*words, f"{opt}=x"]):
+                why = _torchrun_refuses(args)
+                if why:
+                    refused[" ".join(args)] = why
+    assert not refused, refused

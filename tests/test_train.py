@@ -211,18 +211,15 @@ def test_cli_config_errors_name_the_key(assets, tmp_path, capsys):
     )
     assert rc == 2
     assert "rl.algorithm.gamma_min" in capsys.readouterr().err
-    rc = main(
-        [
-            "--preset",
-            str(root / "configs" / "smoke.yaml"),
-            "--run",
-            "nope-s0",
-            "--out",
-            str(tmp_path / "r"),
-            "--no-mlflow",
-        ]
-    )
-    assert rc == 2
+    for spelling in (["--run-name", "nope-s0"], ["--run", "nope-s0"], ["--run=nope-s0"]):
+        rc = main(
+            ["--preset", str(root / "configs" / "smoke.yaml"), *spelling, "--out", str(tmp_path / "r"), "--no-mlflow"]
+        )
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert "nope-s0" in err  # the earlier spelling --run still names the run, with a message
+        assert ("--run is now --run-name" in err) == (spelling[0] != "--run-name"), err
+    assert not (tmp_path / "r").exists()
 
 
 def test_cli_run_logs_to_mlflow(assets, tmp_path, monkeypatch):

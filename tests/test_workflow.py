@@ -72,7 +72,7 @@ def test_every_preset_plans(ws, preset):
     for target in plan.targets():
         assert counts[target] == 1
     # a run several figures need is planned once: one train job per distinct run name
-    names = re.findall(r"--run (\S+)", out)
+    names = re.findall(r"--run-name (\S+)", out)
     assert len(names) == len(set(names)) == len(plan.runs)
     assert counts.get("pretrain", 0) == (1 if preset in ("smoke", "small", "paper_small") else 0)
     # the 8-GPU presets train data parallel under torchrun; the others in one process
@@ -106,7 +106,7 @@ def test_seeds_override_multiplies_runs(ws):
     assert counts["train"] == 4 * len(plan.runs) // len(plan.seeds)
     # figures are told about the seeds; the train command names each seed's run
     assert "--seeds 0 1 2 3" in r.stdout
-    assert "--run gmpo-rs0.8-s3 " in r.stdout
+    assert "--run-name gmpo-rs0.8-s3 " in r.stdout
 
 
 def test_lint_is_clean(ws):

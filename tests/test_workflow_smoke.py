@@ -5,6 +5,7 @@ One repetition under `make test`; `make test-race` runs more (RSPO_SMOKE_REPEATS
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,33 @@ def test_smoke_dag_end_to_end_with_the_library(smoke_dags):
     for rule in ("countdown_data", "tokenizer", "pretrain", "pretrain_task", "prepare_task"):
         assert rule not in counts, (rule, counts)
     preset_path.write_text(original)
+
+
+@pytest.mark.slow
+def test_the_train_rule_launches_two_gloo_processes_that_equal_one(smoke_dags, tmp_path):
+    """The workflow's own train rule with resources.train.processes 2 (what every paper preset does
+    with 8): Snakemake runs the launch line users run, under torchrun on gloo, the run finishes and
+    equals the same run trained by the DAG in one process. Runs last in this file: it retrains one
+    run of the DAG's workspace (the other tests read it first)."""
+    from dist_runs import assert_same_run
+
+    ws, r = smoke_dags[0]
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res, run = ws / "results" / "smoke", "gmpo-rs0.8-s0"
+    one = tmp_path / "one-process"
+    shutil.move(res / "runs" / run, one)
+    preset_path = ws / "configs" / "smoke.yaml"
+    original = preset_path.read_text()
+    data = yaml.safe_load(original)
+    data["resources"] = {"train": {"processes": 2}}
+    preset_path.write_text(yaml.safe_dump(data))
+    try:
+        r = snakemake(ws, "--cores", "2", f"results/smoke/runs/{run}/final.json", "--config", "preset=smoke")
+    finally:
+        preset_path.write_text(original)
+    log = (res / "logs" / "train" / f"{run}.log").read_text(errors="replace")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:] + log[-3000:]
+    assert "-m torch.distributed.run --standalone --nproc-per-node 2 -m rspo train" in r.stdout
+    assert json_load(res / "runs" / run / "run.json")["world_size"] == 2
+    total = yaml.safe_load(original)["rl"]["schedule"]["total_steps"]
+    assert_same_run(one, res / "runs" / run, steps=tuple(range(total + 1)))

@@ -93,7 +93,7 @@ def test_train_and_evaluate_with_vllm_through_snakemake_with_a_kill(tmp_path):
     # 3. an uninterrupted run of the same job gives the same per-step metrics
     ref = tmp_path / "ref"
     data = res / "data" / "countdown"
-    cmd = [sys.executable, "-m", "rspo", "train", "--preset", f"configs/{name}.yaml", "--run", RUN]
+    cmd = [sys.executable, "-m", "rspo", "train", "--preset", f"configs/{name}.yaml", "--run-name", RUN]
     cmd += ["--base-model", str(res / "models" / "base"), "--train-data", str(data / "train.jsonl")]
     cmd += ["--val", f"val={data / 'val.jsonl'}", "--val", f"val_target={data / 'val_target.jsonl'}"]
     cmd += ["--out", str(ref), "--threads", "1", "--no-mlflow", "--quiet"]

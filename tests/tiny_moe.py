@@ -185,7 +185,7 @@ def train_args(assets, out, preset, *sets, run=None, threads=None):
     and val data, output folder, then one `--set` per override in ``sets``."""
     args = ["--preset", str(preset)]
     if run is not None:
-        args += ["--run", run]
+        args += ["--run-name", run]
     args += [
         "--base-model",
         str(assets / "base"),

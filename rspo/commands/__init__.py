@@ -7,13 +7,36 @@ the library's errors into a message and an exit code. The work itself is in the 
 this package (`rspo.train`, `rspo.evaluate`, `rspo.pretrain`, ...), which defines no `main()`.
 `rspo.cli` dispatches a command word to its module here, imported lazily so that
 `python -m rspo --help` stays fast. This package also holds what several commands' parsers share
-(`preset_path`, `add_workload_args`).
+(`preset_path`, `add_workload_args`, `respell`).
+
+No option of a command may be a prefix of one of torchrun's (``--run`` of ``--run-path``, ``--n``
+of ``--nnodes``): torchrun's argparse reads every argument, also those after the script, and
+stops with "ambiguous option" (tests/test_commands.py runs torchrun's parser on every option).
+An option renamed for that keeps its earlier spelling through `respell`.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+
+def respell(command: str, argv: list[str], renamed: dict[str, str]) -> list[str]:
+    """``argv`` with each earlier option spelling (``renamed``: old -> new) replaced by today's, in
+    both forms (``--run X``, ``--run=X``), saying so on stderr: what a user typed keeps working."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if key in renamed:
+            print(
+                f"rspo {command}: {key} is now {renamed[key]} (torchrun would read {key} as an abbreviation "
+                f"of its own options); read as {renamed[key]}",
+                file=sys.stderr,
+            )
+            arg = renamed[key] + eq + value
+        out.append(arg)
+    return out
 
 
 def preset_path(preset_arg: str) -> Path:

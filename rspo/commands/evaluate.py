@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from rspo.commands import respell
 from rspo.evaluate import run
 from rspo.preset import Preset
+
+FAMILIES = ("countdown", "math", "code")
 
 
 def build_parser(family: str) -> argparse.ArgumentParser:
@@ -21,7 +24,7 @@ def build_parser(family: str) -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="output JSON")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--n", type=int, default=None, help="samples per prompt")
+    ap.add_argument("--samples", dest="n", type=int, default=None, help="samples per prompt (was --n)")
     ap.add_argument("--limit", type=int, default=None, help="problems per benchmark/split (0 = all)")
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--seed", type=int, default=None, help="sampling seed (math/code; default the preset's, else 0)")
@@ -38,15 +41,14 @@ def build_parser(family: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv or [])
-    families = ("countdown", "math", "code")
-    if not argv or argv[0] not in families:
+    if not argv or argv[0] not in FAMILIES:
         print(
-            f"usage: python -m rspo evaluate {{{'|'.join(families)}}} --preset P --model DIR --out FILE ...",
+            f"usage: python -m rspo evaluate {{{'|'.join(FAMILIES)}}} --preset P --model DIR --out FILE ...",
             file=sys.stderr,
         )
         return 2
     family = argv[0]
-    args = build_parser(family).parse_args(argv[1:])
+    args = build_parser(family).parse_args(respell(f"evaluate {family}", argv[1:], {"--n": "--samples"}))
     from rspo.models import set_threads
     from rspo.tracking import model_label
 

@@ -1,6 +1,6 @@
 """`python -m rspo train`: one RL run from a preset (grid run name) plus overrides.
 
-    python -m rspo train --preset configs/small.yaml --run gmpo-rs0.8-s0 \
+    python -m rspo train --preset configs/small.yaml --run-name gmpo-rs0.8-s0 \
         --base-model results/small/models/base --train-data results/small/data/countdown/train.jsonl \
         --val val=results/small/data/countdown/val.jsonl --out results/small/runs/gmpo-rs0.8-s0
 
@@ -9,6 +9,11 @@ a folder that holds a run with another config is refused.
 
 Data parallel: launch the same command under torchrun, e.g.
 ``torchrun --standalone --nproc-per-node 2 -m rspo train ...`` (gloo on CPU, NCCL on GPUs). The
+run is named by ``--run-name``: torchrun's own parser reads every argument, also those after the
+script, and takes ``--run`` for an abbreviation of its ``--run-path`` ("ambiguous option"), so no
+option of a command launched under torchrun may be a prefix of one of torchrun's
+(tests/test_commands.py runs torchrun's parser on each). ``--run``, the earlier spelling, still
+works where no torchrun reads it, with a message. The
 model is sharded with FSDP2, ``--threads`` is the job's total and is split over the processes,
 and rank 0 writes the run folder and the MLflow run. An error on one rank stops every rank within
 seconds; the log names the failing rank, the step and the error (rspo.distributed.fail_together).
@@ -33,6 +38,8 @@ import json
 import sys
 from pathlib import Path
 
+from rspo.commands import respell
+
 
 def _minutes(text: str) -> float:
     """A time limit in minutes; empty is none (the train rule passes its runtime only under SLURM)."""
@@ -44,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rspo train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--preset", required=True, help="configs/<preset>.yaml")
-    ap.add_argument("--run", default=None, help="a run name of the preset's grid (e.g. gmpo-rs0.8-s0)")
+    ap.add_argument(
+        "--run-name",
+        dest="run",
+        default=None,
+        help="a run name of the preset's grid (e.g. gmpo-rs0.8-s0); without it the run is named by its overrides",
+    )
     ap.add_argument("--base-model", default=None, help="base checkpoint folder or hub id (sets model.path)")
     ap.add_argument("--train-data", default=None, help="training JSONL (sets data.train_path)")
     ap.add_argument("--val", action="append", default=[], metavar="NAME=FILE", help="held-out set (repeatable)")
@@ -78,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(
+        respell("train", list(sys.argv[1:] if argv is None else argv), {"--run": "--run-name"})
+    )
     from rspo.distributed import gpu_environment
 
     gpu_environment()  # harmless on a CPU: nothing reads them there

@@ -10,7 +10,7 @@ loaded in the dtype and on the device of the preset's runs (``rl.model``, or the
 and thinking mode, temperature, top-p, top-k, token budget, samples per benchmark, seed, backend,
 dtype, data revisions. A Countdown evaluation records per split its accuracy, the per-problem scores
 (``scores``, in split order, for paired analyses) and the failure reasons. Decoding is greedy by
-default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with ``--n``
+default (paper Sec. 5.1: temperature 0, one sample per input); ``--temperature`` > 0 with ``--samples``
 samples scores the mean over samples (Pass@1 estimate).
 
 Math and code (rspo.evaluate.suites): ``template`` (chat: the model's chat template, with

@@ -36,6 +36,6 @@ rule train:
         launcher=train_launcher(),
         margin=stop_margin(),
     shell:
-        "{params.launcher} -m rspo train --preset {params.preset} --run {wildcards.run} --base-model {params.base} "
+        "{params.launcher} -m rspo train --preset {params.preset} --run-name {wildcards.run} --base-model {params.base} "
         "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} "
         '--time-limit-min "${{SLURM_JOB_ID:+{resources.runtime}}}" --stop-margin-min {params.margin} > {log} 2>&1'
