@@ -270,6 +270,8 @@ class TrackingConfig(Section):
     """... relative drop of the windowed training reward below its running best."""
     collapse_kl_spike: float = setting(5.0, gt=1)
     """... together with |ppo_kl| or grad_norm above this multiple of its running median."""
+    collapse_sustain: int = setting(10, ge=0)
+    """... or that drop held for this many steps in a row, with or without a spike (0: off)."""
 
 
 # Settings that change how a run executes, not what it computes (TrainConfig.fingerprint).
@@ -291,6 +293,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.rollout_correction": "none",
     "algorithm.rollout_correction_low": 0.5,
     "algorithm.rollout_correction_high": 2.0,
+    "tracking.collapse_sustain": 0,
 }
 
 # Settings removed after runs existed: the one value every such run had (put back into the fingerprint,

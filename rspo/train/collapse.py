@@ -1,11 +1,19 @@
 """Collapse detector (paper Sec. 3.1: "a sharp and sustained drop in validation score/reward
 accompanied by abnormally large KL / gradient norms").
 
-Fires once, at the first step where both hold:
-- the mean training reward over the last ``window`` steps is below ``(1 - drop)`` times the best
-  such windowed mean seen so far (and that best is > 0), i.e. a sharp drop sustained for a window;
-- within that window, |actor/ppo_kl| or actor/grad_norm exceeds ``spike`` times its median over
-  all steps before the window (a KL or gradient-norm spike).
+The windowed reward is the mean training reward over the last ``window`` steps; a step is *down*
+when it is below ``(1 - drop)`` times the best windowed reward seen so far (and that best is > 0).
+The detector fires once, by whichever of two rules holds first:
+
+- ``spike``: a down step with, within the window, |actor/ppo_kl| or actor/grad_norm above
+  ``spike`` times its median over all steps before the window (the paper's wording: a sharp drop
+  with a KL or gradient-norm spike); its step is that step;
+- ``sustained`` (``sustain`` > 0): ``sustain`` down steps in a row, with or without a spike (a
+  run whose reward fades to nothing without a spike is collapsed too: three stress runs of the
+  earlier small study ended at 0-1% validation accuracy and the spike rule never fired); its step
+  is the first of those down steps (the onset), so "steps to collapse" means the same for both.
+
+Deviation from the paper: the paper names no thresholds; these are ours (``tracking.collapse_*``).
 """
 
 from __future__ import annotations
@@ -16,14 +24,17 @@ from typing import Any
 
 
 class CollapseDetector:
-    def __init__(self, window: int = 5, drop: float = 0.5, spike: float = 5.0) -> None:
-        self.window, self.drop, self.spike = window, drop, spike
+    def __init__(self, window: int = 5, drop: float = 0.5, spike: float = 5.0, sustain: int = 0) -> None:
+        self.window, self.drop, self.spike, self.sustain = window, drop, spike, sustain
         self.rewards: list[float] = []
         self.kls: list[float] = []
         self.grads: list[float] = []
         self.best = float("-inf")
         self.fired = False
         self.step: int | None = None
+        self.kind: str | None = None
+        self.down_since: int | None = None
+        """The first step of the current run of down steps (None when the last step was not down)."""
 
     def _spiked(self, series: list[float]) -> bool:
         before, recent = series[: -self.window], series[-self.window :]
@@ -31,6 +42,10 @@ class CollapseDetector:
             return False
         base = statistics.median(before)
         return base > 0 and max(recent) > self.spike * base
+
+    def _fire(self, step: int, kind: str) -> bool:
+        self.fired, self.step, self.kind = True, step, kind
+        return True
 
     def update(self, step: int, metrics: dict[str, float]) -> bool:
         """Add one step's metrics; True exactly when the detector fires."""
@@ -40,13 +55,15 @@ class CollapseDetector:
         if len(self.rewards) < self.window:
             return False
         current = sum(self.rewards[-self.window :]) / self.window
-        dropped = self.best > 0 and current < (1.0 - self.drop) * self.best
+        down = self.best > 0 and current < (1.0 - self.drop) * self.best
         self.best = max(self.best, current)
-        if self.fired or not dropped:
+        self.down_since = (step if self.down_since is None else self.down_since) if down else None
+        if self.fired or not down:
             return False
         if self._spiked(self.kls) or self._spiked(self.grads):
-            self.fired, self.step = True, step
-            return True
+            return self._fire(step, "spike")
+        if self.sustain and step - self.down_since + 1 >= self.sustain:
+            return self._fire(self.down_since, "sustained")
         return False
 
     def state_dict(self) -> dict[str, Any]:

@@ -123,6 +123,7 @@ def run(t) -> dict[str, Any]:
         **info,
         "collapsed": t.collapse.fired,
         "collapse_step": t.collapse.step,
+        "collapse_kind": t.collapse.kind,
         "steps": t.step,
         "final_metrics": last,
     }

@@ -183,7 +183,10 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=self.dist.enabled)
         self.memory.start(self.model, self.optimizer)
         self.collapse = CollapseDetector(
-            cfg.tracking.collapse_window, cfg.tracking.collapse_drop, cfg.tracking.collapse_kl_spike
+            cfg.tracking.collapse_window,
+            cfg.tracking.collapse_drop,
+            cfg.tracking.collapse_kl_spike,
+            cfg.tracking.collapse_sustain,
         )
         self.step = 0
         self.nonfinite_in_row = 0
