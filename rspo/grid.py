@@ -193,13 +193,19 @@ def regime_families(
     """A regime (REGIMES): the Countdown families named in ``<regime>.families``, again, with the
     ``<regime>.rl`` overlay (a router learning-rate multiplier, an engine precision) and run names
     prefixed ``<regime>-``; an optional ``<regime>.grid`` overlays those families' grid settings
-    (e.g. other routing modes). Family ``<regime>_<name>``; the mechanism pair follows plugin."""
+    (e.g. other routing modes); an optional ``<regime>.seeds`` keeps only those of ``seeds`` (a regime
+    whose outcomes need another number of seeds than the natural one's). Family ``<regime>_<name>``;
+    the mechanism pair follows plugin."""
     st = preset.section(regime)
     if not isinstance(st, dict):
         raise _err(regime, "expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    unknown = sorted(set(st) - {"rl", "families", "grid", "note"})
+    keys = ["families", "grid", "note", "rl", "seeds"]
+    unknown = sorted(set(st) - set(keys))
     if unknown:
-        raise _err(f"{regime}.{unknown[0]}", "unknown key; valid keys are ['families', 'grid', 'note', 'rl']")
+        raise _err(f"{regime}.{unknown[0]}", f"unknown key; valid keys are {keys}")
+    own = st.get("seeds", seeds)
+    if not isinstance(own, list) or not own or not all(isinstance(s, int) and not isinstance(s, bool) for s in own):
+        raise _err(f"{regime}.seeds", f"expected a non-empty list of integers, got {own!r}")
     if not isinstance(st.get("rl"), dict) or not st["rl"]:
         raise _err(f"{regime}.rl", "expected a non-empty overlay of the rl section")
     source = families
@@ -219,7 +225,9 @@ def regime_families(
                 f"(have: {sorted(f for f in source if f not in ('main', 'mechanism'))})",
             )
         for name in [fam] + (["mechanism"] if fam == "plugin" else []):
-            out[f"{regime}_{name}"] = {f"{regime}-{run}": {**ov, "regime": regime} for run, ov in source[name].items()}
+            out[f"{regime}_{name}"] = {
+                f"{regime}-{run}": {**ov, "regime": regime} for run, ov in source[name].items() if ov["seed"] in own
+            }
     return out
 
 

@@ -174,7 +174,9 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
 
     from rspo.config import ADDED_LATER, EXECUTION_ONLY, REMOVED
 
-    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0")
+    # every setting added later at the value runs had before it existed
+    earlier = [f"{key}={json.dumps(value)}" for key, value in ADDED_LATER.items()]
+    cfg = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", earlier)
     assert (cfg.data.template, cfg.data.enable_thinking) == ("auto", None)
     assert {"data.template", "data.enable_thinking"} <= set(ADDED_LATER)
     # a run configured before these settings existed (and while the removed ones did) has the same
@@ -187,7 +189,7 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
         section, name = key.split(".")
         d[section][name] = value
     assert cfg.fingerprint() == hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
-    chat = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.enable_thinking=true"])
+    chat = load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", [*earlier, "data.enable_thinking=true"])
     assert chat.fingerprint() != cfg.fingerprint()
     with pytest.raises(ConfigError, match="rl.data.template: unknown template 'jinja'"):
         load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.template=jinja"])
