@@ -70,7 +70,31 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
             raise SweepError(f"{path}: trials[{i}].base: {t.get('base')!r} is not one of {sorted(spec['bases'])}")
         if not isinstance(t.get("runs"), dict) or not t["runs"]:
             raise SweepError(f"{path}: trials[{i}].runs: expected a mapping algo -> list of seeds")
+        for method in t["runs"]:
+            try:
+                method_sets(method)
+            except ValueError as e:
+                raise SweepError(f"{path}: trials[{i}].runs.{method}: {e}") from None
     return spec
+
+
+def method_sets(method: str) -> list[str]:
+    """A trial's method -> its ``--set`` overrides: ``<algo>`` with optional ``+rs`` and
+    ``+<routing mode>`` (``gmpo``, ``grpo+rs``, ``gmpo+freeze``)."""
+    from rspo.method import ALGOS, ROUTING_MODES
+
+    algo, *plus = method.split("+")
+    if algo not in ALGOS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
+    unknown = [p for p in plus if p != "rs" and p not in ROUTING_MODES]
+    if unknown or len(set(plus)) != len(plus) or len([p for p in plus if p != "rs"]) > 1:
+        raise ValueError(f"expected <algo>[+rs][+<routing mode>] with a mode of {list(ROUTING_MODES)}, got {method!r}")
+    routing = next((p for p in plus if p != "rs"), "none")
+    return [
+        f"algorithm.algo={algo}",
+        f"algorithm.router_shift={'true' if 'rs' in plus else 'false'}",
+        f"algorithm.routing={routing}",
+    ]
 
 
 def _key(obj: Any) -> str:
@@ -147,10 +171,8 @@ def run_one(
 ) -> dict[str, Any]:
     tkey = _key({"base": spec["bases"][trial["base"]], "set": trial.get("set", []), "steps": trial["steps"]})
     out = work / "runs" / f"{trial['name']}-{tkey}" / f"{algo}-s{seed}"
-    algo_name, _, plus = algo.partition("+")
     sets = [
-        f"algorithm.algo={algo_name}",
-        f"algorithm.router_shift={'true' if plus == 'rs' else 'false'}",
+        *method_sets(algo),
         f"seed={seed}",
         f"schedule.total_steps={trial['steps']}",
         f"schedule.val_every={spec.get('val_every', 10)}",
@@ -271,6 +293,7 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
             "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
             "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
             "collapsed": sum(r["collapsed"] for r in rs),
+            "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in rs],
             "n": len(rs),
             **{
                 k: statistics.mean(r[k] for r in rs) if all(r.get(k) is not None for r in rs) else None
@@ -283,6 +306,14 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
 def _fmt_gain(g: tuple[float, float, int]) -> str:
     m, sd, n = g
     return f"{100 * m:+.1f}" + (f" ± {100 * sd:.1f}" if n > 1 else "") + f" (n={n})"
+
+
+def _collapse_steps(v: dict[str, Any]) -> str:
+    """`` (41, –, 57)``: each seed's collapse step (– never), for trials recorded with them."""
+    steps = v.get("collapse_steps")
+    if not steps or not v["collapsed"]:
+        return ""
+    return " (" + ", ".join("–" if x is None else str(x) for x in steps) + ")"
 
 
 def _first_last(v: dict[str, Any] | None, name: str, fmt: str) -> str:
@@ -303,7 +334,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "GRPO min mean γ",
         "GRPO max share γ<0.8",
         "max pg_clipfrac",
-        "collapsed",
+        "collapsed (step per seed)",
         "zero-var groups",
         "all correct / all wrong (last)",
         "distinct / group",
@@ -333,7 +364,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['min_gamma']:.4f}" if r else "-",
             f"{100 * r['max_gamma_clip']:.2f}%" if r else "-",
             f"{max(v['max_pg_clipfrac'] for v in per_algo.values()):.3f}",
-            ", ".join(f"{a} {v['collapsed']}/{v['n']}" for a, v in per_algo.items()),
+            ", ".join(f"{a} {v['collapsed']}/{v['n']}{_collapse_steps(v)}" for a, v in per_algo.items()),
             _first_last(d, "zero_std", ".2f"),
             split,
             _first_last(d, "distinct", ".1f"),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rspo.sweep import SweepError, load_sweep, run_sweep, table
+from rspo.sweep import SweepError, load_sweep, method_sets, run_sweep, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,8 +55,20 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {}}]}, "trials\\[0\\].runs"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}, "lr": 1}]}, "trials\\[0\\].lr"),
         ({"oops": 1}, "unknown key 'oops'"),
+        ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo+frozen": [0]}}]}, "runs.gmpo\\+frozen"),
+        ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"ppo": [0]}}]}, "unknown algorithm 'ppo'"),
     ],
 )
 def test_malformed_sweep_files_name_the_problem(tmp_path, edit, message):
     with pytest.raises(SweepError, match=message):
         load_sweep(write_sweep(tmp_path, **edit))
+
+
+def test_a_method_names_its_algorithm_rs_and_routing_mode():
+    assert method_sets("gmpo") == ["algorithm.algo=gmpo", "algorithm.router_shift=false", "algorithm.routing=none"]
+    assert method_sets("grpo+rs")[1] == "algorithm.router_shift=true"
+    assert method_sets("gmpo+freeze")[1:] == ["algorithm.router_shift=false", "algorithm.routing=freeze"]
+    assert method_sets("gmpo+rs+index_replay")[1:] == ["algorithm.router_shift=true", "algorithm.routing=index_replay"]
+    for bad in ("gmpo+freeze+logit_replay", "gmpo+rs+rs", "gmpo+tis"):
+        with pytest.raises(ValueError, match="expected <algo>"):
+            method_sets(bad)
