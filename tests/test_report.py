@@ -429,8 +429,10 @@ def test_the_papers_numbers_are_checked_against_what_one_evaluation_can_print():
 
 def test_table_claims_from_run_files(smoke, tmp_path):
     """Every claim whose two methods the smoke grid has, in both regimes, plus the benchmark row;
-    the numbers are the paired effects of the fake files and the rule is printed under the table."""
-    from rspo.report import claims
+    the numbers are the paired effects of the fake files and the rule is printed under the table.
+    The fake runs are 6 steps long: too short for the training-reward and trend measures (10 steps),
+    so their rows are left out and the accuracy rows remain."""
+    from rspo.report import claims, measures, rule
 
     plan, root = smoke
     out = tmp_path / "table_claims.md"
@@ -455,38 +457,39 @@ def test_table_claims_from_run_files(smoke, tmp_path):
     )
     md = out.read_text()
     assert claims.RULE in md and out.with_suffix(".tex").is_file()
+    assert "| Role |" in md and "| MDE |" in md and "| p (Holm) |" in md
     rows = claims.collect(plan, root / "eval", root / "runs", root / "bench.json")
-    got = {(r.claim.key, r.regime) for r in rows}
+    got = {(r.claim.key, r.claim.measure, r.regime) for r in rows}
     # smoke: plugin has grpo and gmpo (no gspo), gamma_min 0.5/0.8 (no 0.2); stress repeats plugin only
     assert {
-        ("grpo-collapses", "natural"),
-        ("rs-grpo", "natural"),
-        ("rs-gmpo", "natural"),
-        ("nosg", "natural"),
-        ("freeze", "natural"),
-        ("logit-replay", "natural"),
-        ("index-replay", "natural"),
-        ("rs-grpo", "stress"),
-        ("rs-gmpo", "stress"),
-        ("grpo-collapses", "stress"),
-        ("throughput", "benchmark"),
-        # beyond the paper: smoke's routing family has R3, TIS and RS+TIS rows (the fake runs are too
-        # short for the agreement and KL trends, which need 10 steps)
-        ("r3-acc", "natural"),
-        ("tis-acc", "natural"),
-        ("rs-tis-acc", "natural"),
+        ("grpo-collapses", "acc", "natural"),
+        ("rs-grpo", "acc", "natural"),
+        ("rs-gmpo", "acc", "natural"),
+        ("nosg", "steps", "natural"),
+        ("freeze", "acc", "natural"),
+        ("logit-replay", "acc", "natural"),
+        ("index-replay", "acc", "natural"),
+        ("rs-grpo", "acc", "stress"),
+        ("rs-gmpo", "acc", "stress"),
+        ("grpo-collapses", "acc", "stress"),
+        ("throughput", "throughput", "benchmark"),
+        # beyond the paper: smoke's routing family has R3, TIS and RS+TIS rows
+        ("r3-acc", "acc", "natural"),
+        ("tis-acc", "acc", "natural"),
+        ("rs-tis-acc", "acc", "natural"),
     } == got
     rs_grpo = next(r for r in rows if r.claim.key == "rs-grpo" and r.regime == "natural")
     acc = {
-        s: claims.pooled_accuracy(root / "eval" / f"grpo-rs0.8-s{s}" / "countdown.json", ["val", "val_target"])
-        - claims.pooled_accuracy(root / "eval" / f"grpo-s{s}" / "countdown.json", ["val", "val_target"])
+        s: measures.pooled_accuracy(root / "eval" / f"grpo-rs0.8-s{s}" / "countdown.json", ["val", "val_target"]).value
+        - measures.pooled_accuracy(root / "eval" / f"grpo-s{s}" / "countdown.json", ["val", "val_target"]).value
         for s in plan.seeds
     }
     assert rs_grpo.n == len(plan.seeds) and rs_grpo.mean == pytest.approx(sum(acc.values()) / len(acc))
     tp = next(r for r in rows if r.regime == "benchmark")
-    assert tp.n == 4 and tp.mean == pytest.approx(0.9 - 0.75) and tp.verdict == claims.SUPPORTED
+    assert tp.n == 4 and tp.mean == pytest.approx(0.9 - 0.75) and tp.verdict == rule.SUPPORTED and tp.primary
     nosg = next(r for r in rows if r.claim.key == "nosg" and r.regime == "natural")
     assert nosg.mean == 0.0  # neither collapses in the fake files: both count their full length
+    assert nosg.n == 1 and nosg.verdict == rule.INCONCLUSIVE  # one seed: no interval
 
 
 def test_table_efficiency_reference_and_projection(tmp_path):
@@ -654,13 +657,13 @@ def test_default_families_plan_a_subset_and_full_the_whole_grid():
 
 def test_mismatch_regime_draws_its_figure_and_gets_its_claims_rows(tmp_path):
     """The small preset's mismatch regime (FP8 engine): fig9_mismatch_mismatch from its runs, and the
-    claims beyond the paper (R3's routing agreement and KL, R3 / TIS / RS+TIS accuracy) beside the
-    paper's RS claim, computed from the run files."""
-    from rspo.report import claims
+    claims beyond the paper (R3's routing agreement and KL, R3 / TIS / RS+TIS reward and accuracy)
+    beside the paper's RS claim, computed from the run files."""
+    from rspo.report import claims, measures, rule
     from rspo.report.figures import build_figure
 
     plan = Plan.from_file(CONFIGS / "small.yaml", families=["mismatch_routing"])
-    assert len(plan.runs) == 15
+    assert len(plan.runs) == 5 * len(plan.seeds) == 25
     for name, run in plan.runs.items():
         write_fake_run(tmp_path / "runs", plan, name, steps=12, val_every=6)
         write_fake_eval(tmp_path / "eval", plan, name, "countdown")
@@ -669,30 +672,32 @@ def test_mismatch_regime_draws_its_figure_and_gets_its_claims_rows(tmp_path):
         r3 = run.routing == "rollout_replay"
         for rec in recs:
             if "rollout_corr/k3_kl" in rec:  # R3: full agreement, half the KL (the screen's picture)
-                rec["rollout_corr/k3_kl"] = (1e-3 if r3 else 2e-3) * (1 + 0.01 * run.seed)
-                rec["rollout_corr/routing_agreement"] = 1.0 if r3 else 0.97 + 0.001 * run.seed
+                jitter = 0.1 * (rec["step"] % 3 - 1)  # step-to-step noise, the same in every run
+                rec["rollout_corr/k3_kl"] = (1e-3 if r3 else 2e-3) * (1 + 0.01 * run.seed) * (1 + jitter)
+                rec["rollout_corr/routing_agreement"] = 1.0 if r3 else 0.97 + 0.001 * run.seed + 0.01 * jitter
         path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     pdf, png = build_figure("fig9_mismatch_mismatch", plan, tmp_path / "runs", tmp_path / "fig9.pdf")
     assert Path(pdf).stat().st_size > 0 and Path(png).stat().st_size > 0
-    rows = {(r.claim.key, r.regime): r for r in claims.collect(plan, tmp_path / "eval", tmp_path / "runs", None)}
-    assert set(rows) == {
-        ("rs-gmpo", "mismatch"),
-        ("r3-agreement", "mismatch"),
-        ("r3-kl", "mismatch"),
-        ("r3-acc", "mismatch"),
-        ("tis-acc", "mismatch"),
-        ("rs-tis-acc", "mismatch"),
-    }
-    agree = rows[("r3-agreement", "mismatch")]
-    assert agree.n == 3 and agree.mean == pytest.approx(100 - 97 - 0.1) and agree.verdict == claims.SUPPORTED
-    kl = rows[("r3-kl", "mismatch")]
-    assert kl.mean == pytest.approx(1.0) and kl.verdict == claims.SUPPORTED  # log2(2e-3 / 1e-3)
-    tis = rows[("tis-acc", "mismatch")]
+    rows = {(r.claim.key, r.claim.measure): r for r in claims.collect(plan, tmp_path / "eval", tmp_path / "runs", None)}
+    assert {k for k, _ in rows} == {"rs-gmpo", "r3-agreement", "r3-kl", "r3-acc", "tis-acc", "rs-tis-acc"}
+    assert all(r.regime == "mismatch" for r in rows.values())
+    agree = rows[("r3-agreement", "agreement")]
+    assert agree.n == 5 and agree.mean == pytest.approx(100 - 97 - 0.2, abs=0.05) and agree.verdict == rule.SUPPORTED
+    assert agree.primary and not agree.provisional
+    kl = rows[("r3-kl", "mismatch_kl")]
+    assert kl.est.floored  # equal differences in every seed: the interval's SD is the within-run noise
+    assert kl.mean == pytest.approx(1.0) and kl.verdict == rule.SUPPORTED  # log2(2e-3 / 1e-3)
+    tis = rows[("tis-acc", "acc")]
     acc = [
-        claims.pooled_accuracy(tmp_path / "eval" / f"mismatch-gmpo-tis-s{s}" / "countdown.json", ["val", "val_target"])
-        - claims.pooled_accuracy(tmp_path / "eval" / f"mismatch-gmpo-s{s}" / "countdown.json", ["val", "val_target"])
-        for s in (0, 1, 2)
+        measures.pooled_accuracy(
+            tmp_path / "eval" / f"mismatch-gmpo-tis-s{s}" / "countdown.json", ["val", "val_target"]
+        ).value
+        - measures.pooled_accuracy(
+            tmp_path / "eval" / f"mismatch-gmpo-s{s}" / "countdown.json", ["val", "val_target"]
+        ).value
+        for s in plan.seeds
     ]
-    assert tis.mean == pytest.approx(sum(acc) / 3)
+    assert tis.mean == pytest.approx(sum(acc) / len(acc)) and not tis.primary
+    assert rows[("tis-acc", "reward")].primary  # the training reward is the primary outcome
     note = "\n".join(claims.table_claims(plan, tmp_path / "eval", tmp_path / "runs").notes)
     assert 'mismatch = the same with the overlay {"rollout": {"dtype": "fp8"}' in note

@@ -1,0 +1,307 @@
+"""What the claims table measures in one run (rspo.report.claims compares two methods' runs).
+
+Each measure returns a ``Measured``: the value, its within-run noise (the SD that evaluating or
+logging alone puts on it, which floors the spread of the claims' intervals), the run's level where
+a floor or ceiling can saturate the comparison, and, where the value is undefined, why (never a
+sentinel number).
+
+Outcomes (points are percentages):
+
+- ``reward``: mean training reward (``critic/score/mean``, sampled at the rollout temperature) over
+  the last third of the run's steps: the outcome the paper plots for Countdown (Fig. 1). Noise: a
+  block bootstrap of that mean.
+- ``reward_drop``: how far the run fell from its own best: the best minus the last of its
+  consecutive ``DROP_WINDOW``-step means of the training reward. Noise: the standard errors of the
+  two window means combined.
+- ``acc``: greedy accuracy of the final checkpoint on the preset's held-out splits pooled (problems
+  weighted equally; eval/<run>/countdown.json, whose per-problem ``scores`` pair two runs for the
+  McNemar noise of a difference). Noise of one run: binomial.
+- ``steps``: the collapse detector's onset step, or the run's length when it never fired (censored).
+
+Trends of Sec. 3.3 (Fig. 6), from per-step metrics, over the steps BEFORE the run collapsed (a
+collapsed run's signals are those of a dead policy: a line through a collapse and what follows
+reverses the sign) and undefined with fewer than ``MIN_TREND_STEPS``:
+
+- ``gamma_fall``: minus the least-squares slope of ``router/shift_ratio_mean`` per 100 steps;
+- ``gclip_rise``: the slope of ``router/shift_clipfrac`` (points per 100 steps);
+- ``kl_vol_growth`` / ``clip_vol_growth``: log2 of sd(last fifth) / sd(first fifth) of
+  ``actor/ppo_kl`` / ``actor/pg_clipfrac`` (each fifth at least 5 steps; undefined where a fifth is
+  flat: a flat series has no volatility to compare);
+- ``kl_vol``: log2 of the SD of per-step ``actor/ppo_kl`` (undefined for a flat series);
+- ``agreement``: the mean over steps of ``rollout_corr/routing_agreement`` (points);
+- ``mismatch_kl``: log2 of the mean over steps of ``rollout_corr/k3_kl`` (undefined where it is 0:
+  an engine that equals the trainer).
+Noise of a trend: a block bootstrap of the same statistic over the same steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rspo.report.inference import block_bootstrap_sd, mcnemar_sd
+
+TREND_MEASURES = ("gamma_fall", "gclip_rise", "kl_vol_growth", "clip_vol_growth", "kl_vol", "agreement", "mismatch_kl")
+OUTCOMES = ("reward", "reward_drop", "acc", "steps")
+MIN_TREND_STEPS = 10
+DROP_WINDOW = 10
+LATE_FRACTION = 1 / 3
+SATURATED = 1.0
+"""A level (points) within this of 0 or 100 is at the floor or the ceiling."""
+
+
+class TooShortError(ValueError):
+    """A run too short for the measure at all (the smoke preset's 2-step runs): its claim gets no row."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    value: float
+    noise: float = math.nan
+    level: float | None = None
+    """The run's level (points) where the comparison can saturate (reward, accuracy), else None."""
+    why: str = ""
+    """Why ``value`` is nan."""
+    samples: tuple[float, ...] = field(default=(), repr=False)
+    """What the value is a statistic of, in an order two runs share (``pair_noise``): acc the
+    per-problem scores in the evaluation's order; reward / reward_drop the per-step rewards (points)
+    of the window(s) it reads, by step."""
+
+    @property
+    def defined(self) -> bool:
+        return math.isfinite(self.value)
+
+
+def undefined(why: str) -> Measured:
+    return Measured(math.nan, why=why)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the preconditions of a claim read from one run."""
+
+    collapsed: bool
+    collapse_step: int | None
+    steps: int
+    reward_first: float
+    """Mean training reward (points) of the first DROP_WINDOW steps."""
+    reward_late: float
+    min_gamma: float
+    """Smallest per-step mean router-shift ratio."""
+    max_gamma_clip: float
+    """Largest per-step share of tokens under gamma_min."""
+
+
+# ---------------------------------------------------------------------------- reading run files
+
+
+def _rows(metrics_path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in Path(metrics_path).read_text().splitlines() if ln.strip()]
+
+
+def series(metrics_path: Path, key: str, until: int | None = None) -> tuple[list[float], list[float]]:
+    """(steps, values) of a per-step training metric on steps >= 1 (and < ``until``); the last line
+    wins for a repeated step."""
+    by_step: dict[int, float] = {}
+    for rec in _rows(metrics_path):
+        v, step = rec.get(key), int(rec.get("step", 0))
+        if isinstance(v, (int, float)) and math.isfinite(v) and step > 0 and (until is None or step < until):
+            by_step[step] = float(v)
+    steps = sorted(by_step)
+    return [float(x) for x in steps], [by_step[x] for x in steps]
+
+
+def final_info(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "final.json").read_text())
+
+
+def collapse_onset(run_dir: Path) -> int | None:
+    info = final_info(run_dir)
+    return int(info["collapse_step"]) if info.get("collapsed") and info.get("collapse_step") is not None else None
+
+
+def run_facts(run_dir: Path) -> RunFacts:
+    info = final_info(run_dir)
+    _, reward = series(run_dir / "metrics.jsonl", "critic/score/mean")
+    _, gamma = series(run_dir / "metrics.jsonl", "router/shift_ratio_mean")
+    _, clip = series(run_dir / "metrics.jsonl", "router/shift_clipfrac")
+    late = max(1, round(len(reward) * LATE_FRACTION))
+    return RunFacts(
+        collapsed=bool(info.get("collapsed")),
+        collapse_step=collapse_onset(run_dir),
+        steps=int(info["steps"]),
+        reward_first=100 * statistics.fmean(reward[:DROP_WINDOW]) if reward else math.nan,
+        reward_late=100 * statistics.fmean(reward[-late:]) if reward else math.nan,
+        min_gamma=min(gamma) if gamma else math.nan,
+        max_gamma_clip=max(clip) if clip else math.nan,
+    )
+
+
+# ---------------------------------------------------------------------------- outcomes
+
+
+def pooled_accuracy(path: Path, splits: list[str]) -> Measured:
+    """Accuracy (%) over the given splits of an eval countdown.json, problems weighted equally."""
+    data = json.loads(Path(path).read_text())
+    ok = n = 0.0
+    scores: list[float] = []
+    for s in splits:
+        entry = (data.get("splits") or {}).get(s)
+        if not entry:
+            raise ValueError(f"{path}: no splits.{s}")
+        ok += float(entry["accuracy"]) * int(entry["n"])
+        n += int(entry["n"])
+        scores += [float(x) for x in entry.get("scores") or []]
+    p = ok / n
+    value = 100.0 * p
+    return Measured(value, 100.0 * math.sqrt(p * (1 - p) / n), level=value, samples=tuple(scores))
+
+
+def late_reward(metrics_path: Path) -> Measured:
+    _, values = series(metrics_path, "critic/score/mean")
+    if len(values) < MIN_TREND_STEPS:
+        raise TooShortError(f"{metrics_path}: {len(values)} training steps; the late reward needs {MIN_TREND_STEPS}")
+    late = [100 * v for v in values[-max(1, round(len(values) * LATE_FRACTION)) :]]
+    noise = block_bootstrap_sd(len(late), lambda idx: statistics.fmean(late[i] for i in idx))
+    value = statistics.fmean(late)
+    return Measured(value, noise, level=value, samples=tuple(late))
+
+
+def _drop(values: list[float]) -> float:
+    """Best minus last of the consecutive DROP_WINDOW-step means of ``values``, counted back from the
+    last step (whole windows only)."""
+    k = len(values) // DROP_WINDOW
+    means = [
+        statistics.fmean(values[len(values) - (i + 1) * DROP_WINDOW : len(values) - i * DROP_WINDOW]) for i in range(k)
+    ]
+    return max(means) - means[0]
+
+
+def reward_drop(metrics_path: Path) -> Measured:
+    """How far the training reward fell from its best DROP_WINDOW-step mean to its last (points)."""
+    _, values = series(metrics_path, "critic/score/mean")
+    k = len(values) // DROP_WINDOW
+    if k < 2:
+        raise TooShortError(f"{metrics_path}: {len(values)} training steps; a drop needs {2 * DROP_WINDOW}")
+    windowed = [100 * v for v in values[len(values) - k * DROP_WINDOW :]]
+    noise = _window_bootstrap_sd([windowed], lambda runs: _drop(runs[0]))
+    return Measured(_drop(windowed), noise, level=statistics.fmean(windowed[-DROP_WINDOW:]), samples=tuple(windowed))
+
+
+def _window_bootstrap_sd(runs: list[list[float]], stat, reps: int = 400, seed: int = 0) -> float:
+    """SD of ``stat(runs)`` when the steps of every DROP_WINDOW-step window are resampled with
+    replacement, the same positions in every run (runs aligned by step: a paired resample)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = len(runs[0])
+    out = []
+    for _ in range(reps):
+        idx = (rng.integers(0, DROP_WINDOW, size=n) + np.arange(n) // DROP_WINDOW * DROP_WINDOW).tolist()
+        out.append(stat([[r[i] for i in idx] for r in runs]))
+    return statistics.stdev(out)
+
+
+def steps_to_collapse(final_path: Path) -> Measured:
+    """The collapse detector's onset step, or the run's length when it never fired (censored)."""
+    from rspo.config import TrackingConfig
+
+    data = json.loads(Path(final_path).read_text())
+    step = data.get("collapse_step")
+    value = float(step if data.get("collapsed") and step is not None else data["steps"])
+    config = Path(final_path).parent / "config.json"
+    tracking = json.loads(config.read_text()).get("tracking", {}) if config.is_file() else {}
+    window = float(tracking.get("collapse_window", TrackingConfig().collapse_window))
+    return Measured(value, window / 2)  # a collapse is dated within the detector's window
+
+
+# ---------------------------------------------------------------------------- trends
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys against xs (nan when xs are all equal)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else math.nan
+
+
+def log2_sd(values: list[float]) -> float:
+    """log2 of the sample SD; nan for a flat series (no volatility to take a log of)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return math.log2(sd) if sd > 0 else math.nan
+
+
+def volatility_growth(values: list[float]) -> float:
+    """log2 of sd(last fifth) / sd(first fifth) of a per-step series (each part >= 5 steps)."""
+    k = max(5, len(values) // 5)
+    return log2_sd(values[-k:]) - log2_sd(values[:k])
+
+
+def _log2_mean(values: list[float]) -> float:
+    mean = statistics.fmean(values)
+    return math.log2(mean) if mean > 0 else math.nan
+
+
+TRENDS = {
+    # measure: (metric, statistic of (steps, values), why it can be undefined)
+    "gamma_fall": ("router/shift_ratio_mean", lambda x, y: -100.0 * slope(x, y), ""),
+    "gclip_rise": ("router/shift_clipfrac", lambda x, y: 100.0 * 100.0 * slope(x, y), ""),
+    "kl_vol_growth": ("actor/ppo_kl", lambda x, y: volatility_growth(y), "a flat first or last fifth"),
+    "clip_vol_growth": ("actor/pg_clipfrac", lambda x, y: volatility_growth(y), "a flat first or last fifth"),
+    "kl_vol": ("actor/ppo_kl", lambda x, y: log2_sd(y), "a flat series"),
+    "agreement": ("rollout_corr/routing_agreement", lambda x, y: 100.0 * statistics.fmean(y), ""),
+    "mismatch_kl": ("rollout_corr/k3_kl", lambda x, y: _log2_mean(y), "a zero KL (engine equals trainer)"),
+}
+
+
+def trend_measure(measure: str, run_dir: Path) -> Measured:
+    """A Sec. 3.3 trend of one run over the steps before its collapse onset (rspo.train.collapse)."""
+    key, stat, why = TRENDS[measure]
+    run_dir = Path(run_dir)
+    onset = collapse_onset(run_dir) if (run_dir / "final.json").is_file() else None
+    xs, ys = series(run_dir / "metrics.jsonl", key, until=onset)
+    if len(xs) < MIN_TREND_STEPS:
+        all_steps = len(series(run_dir / "metrics.jsonl", key)[0])
+        if onset is None or all_steps < MIN_TREND_STEPS:
+            raise TooShortError(
+                f"{run_dir / 'metrics.jsonl'}: {key} is logged on {len(xs)} steps; a trend needs {MIN_TREND_STEPS}"
+            )
+        return undefined(f"collapsed at step {onset}, {len(xs)} steps before it; a trend needs {MIN_TREND_STEPS}")
+    value = stat(xs, ys)
+    if not math.isfinite(value):
+        return undefined(why or "undefined")
+    noise = block_bootstrap_sd(len(xs), lambda idx: stat([xs[i] for i in idx], [ys[i] for i in idx]))
+    return Measured(value, noise)
+
+
+def pair_noise(measure: str, a: Measured, b: Measured) -> float:
+    """SD of ``a.value - b.value`` from within-run noise alone, for two runs of the same seed. Where
+    both carry aligned samples, the noise is that of the paired difference (same problems: McNemar;
+    same steps, whose prompts same-seed runs share: a bootstrap of the per-step differences), which
+    is far below the two runs' own noises combined; otherwise those combined."""
+    if a.samples and len(a.samples) == len(b.samples):
+        if measure == "acc":
+            return mcnemar_sd(a.samples, b.samples)
+        if measure == "reward":
+            d = [x - y for x, y in zip(a.samples, b.samples)]
+            return block_bootstrap_sd(len(d), lambda idx: statistics.fmean(d[i] for i in idx))
+        if measure == "reward_drop":
+            return _window_bootstrap_sd([list(a.samples), list(b.samples)], lambda r: _drop(r[0]) - _drop(r[1]))
+    return math.hypot(a.noise, b.noise)
+
+
+def run_measure(measure: str, run: str, *, eval_dir: Path, runs_dir: Path, splits: list[str]) -> Measured:
+    if measure in TREND_MEASURES:
+        return trend_measure(measure, Path(runs_dir) / run)
+    if measure == "acc":
+        return pooled_accuracy(Path(eval_dir) / run / "countdown.json", splits)
+    if measure == "reward":
+        return late_reward(Path(runs_dir) / run / "metrics.jsonl")
+    if measure == "reward_drop":
+        return reward_drop(Path(runs_dir) / run / "metrics.jsonl")
+    if measure == "steps":
+        return steps_to_collapse(Path(runs_dir) / run / "final.json")
+    raise ValueError(f"unknown measure {measure!r}")
