@@ -96,6 +96,21 @@ def test_a_plan_that_does_not_fit_names_the_phase_and_the_settings(tmp_path):
     assert r.returncode == 2 and "unknown GPU 'nope'" in r.stderr
 
 
+def test_the_command_says_its_verdict_first_and_exits_1_when_a_preset_does_not_fit(capsys):
+    """paper_large_math on a 40 GiB card: 'does not fit', by how much, the workflow's advice and the
+    host memory per node, first and again under the terms; exit 1; the JSON line stays last."""
+    preset = str(ROOT / "configs" / "paper_large_math.yaml")
+    assert cli.main(["--preset", preset, "--gpu-gib", "40"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    first = lines[0]
+    assert first.startswith("does not fit (35.7 GiB over): the update phase of task math needs 75.7 GiB per GPU")
+    assert "max_tokens_per_micro_batch" in first and "host memory per node: 455.0 of 878.9 GiB" in first
+    assert lines[-2] == first and json.loads(lines[-1])["fits"] is False
+    assert cli.main(["--preset", preset, "--gpu", "h100-80gb"]) == 0
+    fits = capsys.readouterr().out.splitlines()[0]
+    assert fits.startswith("fits: the peak is the evaluation phase of task math, 78.04 of 79.65 GiB per GPU on h100-80gb")
+
+
 def test_a_hub_model_without_a_config_is_a_clear_error(tmp_path):
     with pytest.raises(PlanError, match="no config.json for someone/unknown-moe: fetch the model first"):
         model_shape("someone/unknown-moe", Preset({}), "math", str(tmp_path))

@@ -6,7 +6,9 @@ GPU hour is spent (rspo.gpu_memory.plan; the simulation: rspo.gpu_memory.simulat
     python -m rspo plan-memory --preset configs/paper_small.yaml --gpu-gib 40
     python -m rspo plan-memory --preset configs/paper_large_math.yaml --simulate [--layers 4]
 
-It prints, per task of the preset and per phase (resume, engine start, rollout, old pass, update,
+It prints its verdict first, in words: whether the preset fits, its peak phase and by how much it
+is over or under, the workflow's advice when it does not fit, and the host memory per node against
+``resources.train.mem_mb``. Then, per task of the preset and per phase (resume, engine start, rollout, old pass, update,
 optimizer step, sync, KV wake, checkpoint save, evaluation), each term in GiB with its formula,
 then one JSON line: ``{"preset", "gpu", "fits", "peak_gib", "peak_phase", "peak_task", "limit_gib",
 "phases": {phase: GiB}, "host_peak_gib", ...}``. ``--simulate`` also runs the trainer's own step on
@@ -15,6 +17,9 @@ beside the plan's tensor terms; the JSON line then carries ``"simulated": {phase
 ``"planned_tensors": {phase: GiB}`` (the same phases; with ``--layers`` both are of the model cut to
 that many decoder layers, which takes seconds instead of minutes). The workflow runs the plan before
 submitting any job of a preset with ``device: cuda`` (workflow/rules/common.smk).
+
+Exit status: 0 when the preset fits, 1 when it does not (the JSON line is printed either way), 2 for
+a malformed preset or an unknown GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import argparse
 import json
 import sys
 
-from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset, render, summary
+from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset, render, summary, verdict
 
 AGREEMENT = 0.05  # --simulate: a phase whose plan and simulation differ by more is named
 
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     s = summary(Preset.load(args.preset).name, gpu, plans)
     if not args.json_only:
+        print(verdict(s))
         print(render(plans))
     if args.simulate:
         if max(p.setup.world for p in plans) < 2:
@@ -78,5 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 off = (got - plan) / plan if plan else 0.0
                 flag = "" if abs(off) <= AGREEMENT else f"  <- differs by {off:+.1%}"
                 print(f"  {ph:16s} {plan:8.2f} {got:8.2f} {off:+7.1%}{flag}")
+    if not args.json_only:
+        print(verdict(s))  # again under the terms, where a terminal leaves the reader
     print(json.dumps(s))
-    return 0
+    return 0 if s["fits"] else 1

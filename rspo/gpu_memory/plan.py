@@ -558,6 +558,19 @@ def render(plans: list[RunPlan]) -> str:
     return "\n".join(lines)
 
 
+def verdict(s: dict[str, Any]) -> str:
+    """The plan's verdict in words (``s``: ``summary``): fits or not, the peak phase and by how much,
+    the workflow's advice when it does not fit, and the host memory against its limit."""
+    gpu = f"{s['peak_gib']} of {s['limit_gib']} GiB per GPU on {s['gpu']}"
+    host = f"host memory per node: {s['host_peak_gib']} of {s['host_limit_gib']} GiB (resources.train.mem_mb)"
+    if s["fits"]:
+        spare = round(s["limit_gib"] - s["peak_gib"], 2)
+        return f"fits: the peak is the {s['peak_phase']} phase of task {s['peak_task']}, {gpu} ({spare} GiB to spare); {host}"
+    over = round(s["peak_gib"] - s["limit_gib"], 2)
+    by = f" ({over} GiB over)" if over > 0 else ""
+    return f"does not fit{by}: {advice(s)}; {host}"
+
+
 def advice(s: dict[str, Any]) -> str:
     """What to change when a plan does not fit (the workflow's message)."""
     if s.get("host", "ok") != "ok" and s["peak_gib"] <= s["limit_gib"] and s.get("engine", "ok") == "ok":
