@@ -133,3 +133,77 @@ def test_torchrun_reads_no_option_of_an_rspo_command_as_its_own(monkeypatch):
                 if why:
                     refused[" ".join(args)] = why
     assert not refused, refused
+
+
+# ---------------------------------------------------------------------------- missing inputs
+
+
+def _run_command(tmp_path, *args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.run(
+        [sys.executable, "-m", "rspo", *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def _paper_math_with(tmp_path, model: str) -> Path:
+    import yaml
+
+    preset = yaml.safe_load((ROOT / "configs" / "paper_large_math.yaml").read_text())
+    preset["rl"]["model"]["path"] = model
+    preset["tasks"]["math"]["model"]["path"] = model
+    path = tmp_path / "paper_large_math.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+SMALL = str(ROOT / "configs" / "small.yaml")
+MISSING = {
+    "train": (
+        ["train", "--preset", SMALL, "--run-name", "gmpo-s0", "--base-model", "nope", "--out", "out", "--no-mlflow"],
+        "rspo train: model checkpoint folder not found: nope; a study's base is pretrained by `make main`",
+    ),
+    "train data": (  # a hub id is not checked here (offline it may still be in the hub cache)
+        ["train", "--preset", SMALL, "--base-model", "someone/model", "--train-data", "no.jsonl", "--out", "out"],
+        "rspo train: data file not found: no.jsonl; `python -m rspo generate` (Countdown) or `python -m rspo prepare`",
+    ),
+    "evaluate": (
+        ["evaluate", "countdown", "--preset", SMALL, "--model", "nope", "--data", "d", "--out", "out/c.json"],
+        "rspo evaluate countdown: model checkpoint folder not found: nope;",
+    ),
+    "pretrain": (
+        ["pretrain", "--preset", SMALL, "--data", "nodata", "--out", "out", "--no-mlflow"],
+        "rspo pretrain: countdown folder not found: nodata; `python -m rspo generate --preset P --out DIR` writes it",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING))
+def test_a_missing_input_is_one_line_exit_2_and_leaves_no_folder(case, tmp_path):
+    args, message = MISSING[case]
+    r = _run_command(tmp_path, *args)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())  # no empty output folder left behind
+
+
+def test_preflight_refuses_a_hub_model_that_is_not_fetched_in_one_line(tmp_path):
+    preset = _paper_math_with(tmp_path, "someone/unknown-moe")
+    r = _run_command(tmp_path, "preflight", "--preset", str(preset), "--hub-dir", str(tmp_path / "hub"), "--out", "pf")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no config.json for someone/unknown-moe: fetch the model first" in lines[0], lines
+    assert not (tmp_path / "pf").exists()
+
+
+def test_preflight_on_a_machine_without_the_gpu_the_preset_trains_on_says_so(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    r = _run_command(tmp_path, "preflight", "--preset", str(ROOT / "configs" / "paper_small.yaml"), "--out", "pf")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "rspo preflight: the preset trains on GPUs (model.device: cuda) and this machine has none: "
+        "run it on one GPU node of the cluster"
+    ]
+    assert not (tmp_path / "pf").exists()

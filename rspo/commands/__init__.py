@@ -7,7 +7,7 @@ the library's errors into a message and an exit code. The work itself is in the 
 this package (`rspo.train`, `rspo.evaluate`, `rspo.pretrain`, ...), which defines no `main()`.
 `rspo.cli` dispatches a command word to its module here, imported lazily so that
 `python -m rspo --help` stays fast. This package also holds what several commands' parsers share
-(`preset_path`, `add_workload_args`, `respell`).
+(`preset_path`, `add_workload_args`, `respell`, `missing_input`).
 
 No option of a command may be a prefix of one of torchrun's (``--run`` of ``--run-path``, ``--n``
 of ``--nnodes``): torchrun's argparse reads every argument, also those after the script, and
@@ -59,3 +59,56 @@ def add_workload_args(ap: argparse.ArgumentParser, *, steps: int, steps_help: st
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
+
+
+# what makes each kind of input a command reads, for the one-line error when it is missing
+MADE_BY = {
+    "model": (
+        "a study's base is pretrained by `make main` (the pretrain rule writes results/<preset>/models/base), "
+        "a run's checkpoint by `rspo train`, a hub model is fetched by `python -m rspo fetch-model`"
+    ),
+    "countdown": (
+        "`python -m rspo generate --preset P --out DIR` writes it (the countdown_data rule; `make main` runs it)"
+    ),
+    "data": (
+        "`python -m rspo generate` (Countdown) or `python -m rspo prepare` (math, code) writes it; "
+        "`make main` runs them"
+    ),
+    "tokenizer": "`python -m rspo tokenizer --out DIR` writes it (the tokenizer rule; `make main` runs it)",
+}
+
+
+def missing_input(path: str | Path, kind: str, files: tuple[str, ...] = ()) -> str:
+    """Why an input a command reads is not there, in one line with what makes it ("" when it is).
+    ``kind``: ``model`` (a checkpoint folder, or a hub id, which is not checked here), ``countdown``
+    (a generated folder holding ``files``), ``tokenizer`` (a folder), ``data`` (a file)."""
+    from rspo.hub import is_hub_id
+
+    p = Path(path)
+    if kind == "model":
+        if is_hub_id(path):
+            return ""
+        from rspo.models import check_checkpoint
+
+        try:
+            check_checkpoint(p)
+            return ""
+        except FileNotFoundError as e:
+            return f"{e}; {MADE_BY[kind]}"
+    if kind == "data":
+        return "" if p.is_file() else f"data file not found: {p}; {MADE_BY[kind]}"
+    if not p.is_dir():
+        return f"{kind} folder not found: {p}; {MADE_BY[kind]}"
+    absent = [f for f in files if not (p / f).is_file()]
+    return f"{kind} folder {p} has no {', '.join(absent)}; {MADE_BY[kind]}" if absent else ""
+
+
+def refuse_missing(command: str, inputs: list[tuple[str | Path, str] | tuple[str | Path, str, tuple[str, ...]]]) -> int:
+    """Check ``inputs`` (``missing_input``'s arguments) before a command writes anything: print the
+    first problem as one line and return 2, or return 0 when every input is there."""
+    for item in inputs:
+        why = missing_input(*item)
+        if why:
+            print(f"rspo {command}: {why}", file=sys.stderr)
+            return 2
+    return 0

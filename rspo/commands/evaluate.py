@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from rspo.commands import respell
+from rspo.commands import refuse_missing, respell
 from rspo.evaluate import run
 from rspo.preset import Preset
 
@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     flags = {k: getattr(args, k, None) for k in ("temperature", "n", "limit", "max_new_tokens", "backend", "seed")}
     flags.update({k: getattr(args, k, None) for k in ("splits", "benchmarks") if getattr(args, k, None)})
     settings = run.evaluation_settings(preset, family, {k: v for k, v in flags.items() if v is not None})
+    inputs: list = [(args.model, "model")]
+    if family == "countdown":
+        splits = tuple(f"{s}.jsonl" for s in settings.get("splits", run.COUNTDOWN_EVAL_SPLITS))
+        inputs.append((args.data, "countdown", splits))
+    if refuse_missing(f"evaluate {family}", inputs):
+        return 2
     t0 = time.time()
     progress = run.PhaseProgress(f"eval {family} {model_label(args.model)}", args.quiet)
     datasets: list[tuple[str, str]] = []

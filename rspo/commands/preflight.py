@@ -40,6 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage:  # one stage, in this process (or this rank)
         preflight.run_stage(args.stage, args)
         return 0
+    try:  # what the stages read, checked here so that a missing model or GPU is one line, not a rank's traceback
+        from rspo.gpu_memory.plan import PlanError
+        from rspo.gpu_memory.simulate import task_inputs
+
+        cfg, _, _ = task_inputs(args.preset, args.task, args.hub_dir, args.layers, args.overrides)
+    except (ConfigError, PlanError, FileNotFoundError) as e:
+        print(f"rspo preflight: {e}", file=sys.stderr)
+        return 2
+    if cfg.model.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(
+                "rspo preflight: the preset trains on GPUs (model.device: cuda) and this machine has none: "
+                "run it on one GPU node of the cluster",
+                file=sys.stderr,
+            )
+            return 2
     world = max(1, int(plan.resources("train")["processes"]))
     i = argv.index("--out") if "--out" in argv else len(argv)
     passed = argv[:i] + argv[i + 2 :]  # the stages get their own --out

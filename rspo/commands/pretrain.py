@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from rspo import pretrain
+from rspo.commands import refuse_missing
 from rspo.preset import Preset
 
 
@@ -36,6 +37,13 @@ def main(argv: list[str] | None = None) -> int:
         p = pretrain.pretrain_settings(preset, args.overrides)
     except (ConfigError, FileNotFoundError) as e:
         print(f"rspo pretrain: {e}", file=sys.stderr)
+        return 2
+    inputs: list = [
+        (args.data, "countdown", ("train.jsonl", "val.jsonl")) if args.task == "countdown" else (args.data, "data")
+    ]
+    if args.tokenizer:
+        inputs.append((args.tokenizer, "tokenizer", ("tokenizer.json",)))
+    if refuse_missing("pretrain", inputs):
         return 2
     job = pretrain.PretrainJob(
         task=args.task,

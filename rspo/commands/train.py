@@ -38,7 +38,7 @@ import json
 import sys
 from pathlib import Path
 
-from rspo.commands import respell
+from rspo.commands import refuse_missing, respell
 
 
 def _minutes(text: str) -> float:
@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_train_config(args.preset, args.run, overrides)
     except (ConfigError, FileNotFoundError) as e:
         print(f"rspo train: {e}", file=sys.stderr)
+        return 2
+    inputs = [(cfg.model.path, "model"), (cfg.data.train_path, "data")]
+    if refuse_missing("train", inputs + [(p, "data") for p in cfg.data.val_paths.values()]):
         return 2
     import signal
 
