@@ -106,8 +106,9 @@ main-mismatch: venv sandbox
 # ARCHIVE=docs/results/small-full FULL=true for the whole grid.
 ARCHIVE ?= docs/results/$(PRESET)
 FULL ?= false
+# --quiet rules: the unpack job's description would list every unpacked file on one ~20 KB line
 figures: venv
-	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) archive=$(ARCHIVE) full=$(FULL)
+	$(BIN)/snakemake --cores $(CORES) --quiet rules --config preset=$(PRESET) archive=$(ARCHIVE) full=$(FULL)
 
 smoke: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=smoke
@@ -127,22 +128,24 @@ lint: venv
 	$(BIN)/snakefmt --check .
 	$(BIN)/snakemake --lint
 
-# mlflow ui, printing the address of the runs table (PORT=5000 by default). Your runs when you have
+# mlflow ui, printing the address of the runs table (PORT=5000 by default; HOST=127.0.0.1 by default:
+# from another machine forward the port over SSH, docs/mlflow.md). Your runs when you have
 # trained any, RL or pretraining (results/$(PRESET), experiment rspo-<preset>); otherwise, or with SHIPPED=1, the shipped
 # study (results/$(PRESET)-archive, experiment "rspo-<preset> (shipped study)": make figures first if
 # it is not unpacked yet). mlflow-sync first records what the result files hold and the store lacks.
 PORT ?= 5000
+HOST ?= 127.0.0.1
 SHIPPED ?=
 mlflow-ui: venv
 	@if [ -z "$(SHIPPED)" ] && { [ -d results/$(PRESET)/runs ] || [ -d results/$(PRESET)/models ]; }; then \
 		echo "make mlflow-ui: your runs (results/$(PRESET)); SHIPPED=1 shows the shipped study"; \
 		$(BIN)/python -m rspo mlflow-sync --preset $(PRESET) && \
-		$(BIN)/python -m rspo mlflow-ui --preset $(PRESET) --port $(PORT); \
+		$(BIN)/python -m rspo mlflow-ui --preset $(PRESET) --host $(HOST) --port $(PORT); \
 	else \
 		echo "make mlflow-ui: the shipped study (results/$(PRESET)-archive)"; \
 		{ test -d results/$(PRESET)-archive/runs || $(MAKE) --no-print-directory figures; } && \
 		$(BIN)/python -m rspo mlflow-sync --preset $(PRESET) --shipped && \
-		$(BIN)/python -m rspo mlflow-ui --preset $(PRESET) --shipped --port $(PORT); \
+		$(BIN)/python -m rspo mlflow-ui --preset $(PRESET) --shipped --host $(HOST) --port $(PORT); \
 	fi
 
 # the README's result tables from the committed table files (tests/test_readme.py checks them)

@@ -10,7 +10,11 @@
 # checked against workflow/schemas/preset.schema.yaml) is the single source of truth for the run
 # grid (rspo/grid.py) and for which runs each table and figure needs (rspo/plan.py).
 
-from snakemake.utils import min_version, validate
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version
+
+from rspo.config import ConfigError
+from rspo.plan import validate_preset
 
 min_version("9.0")
 
@@ -18,7 +22,11 @@ min_version("9.0")
 configfile: "workflow/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# the config's keys and values (--config ...), each mistake named in one line with the valid keys
+try:
+    validate_preset(config, "workflow/schemas/config.schema.yaml", where="--config")
+except ConfigError as e:
+    raise WorkflowError(str(e)) from None
 
 
 include: "workflow/rules/common.smk"
@@ -47,7 +55,6 @@ report: "workflow/report/workflow.rst"
 localrules:
     all,
     fig_plugin_small,
-    fetch_model,
 
 
 # Create the MLflow store, the preset's experiment and its report run once, before any job

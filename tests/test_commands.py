@@ -207,3 +207,32 @@ def test_preflight_on_a_machine_without_the_gpu_the_preset_trains_on_says_so(tmp
         "run it on one GPU node of the cluster"
     ]
     assert not (tmp_path / "pf").exists()
+
+
+def test_every_flag_of_every_command_says_what_it_is(monkeypatch):
+    """--help documents every option of every command (each evaluate family and the simulation
+    worker too); hidden internal options (help=SUPPRESS) aside."""
+    import argparse
+
+    from rspo.commands.evaluate import FAMILIES
+    from rspo.gpu_memory import simulate
+
+    mains = {name: (cli.COMMANDS[name].split(":"), []) for name in cli.COMMANDS if name != "evaluate"}
+    bare = []
+    for label, ((module, func), argv) in mains.items():
+        parsers = _parsers(getattr(importlib.import_module(module), func), argv, monkeypatch)
+        bare += [
+            f"{label} {a.option_strings[0]}" for p in parsers for a in p._actions if a.option_strings and not a.help
+        ]
+    for family in FAMILIES:
+        parsers = _parsers(importlib.import_module("rspo.commands.evaluate").main, [family], monkeypatch)
+        bare += [
+            f"evaluate {family} {a.option_strings[0]}"
+            for p in parsers
+            for a in p._actions
+            if a.option_strings and not a.help
+        ]
+    parsers = _parsers(simulate.main, [], monkeypatch)
+    bare += [f"simulate {a.option_strings[0]}" for p in parsers for a in p._actions if a.option_strings and not a.help]
+    assert argparse.SUPPRESS != ""  # a hidden option's help is SUPPRESS, which is truthy: not listed
+    assert not bare, bare

@@ -108,7 +108,7 @@ def test_the_command_says_its_verdict_first_and_exits_1_when_a_preset_does_not_f
     assert lines[-2] == first and json.loads(lines[-1])["fits"] is False
     assert cli.main(["--preset", preset, "--gpu", "h100-80gb"]) == 0
     fits = capsys.readouterr().out.splitlines()[0]
-    assert fits.startswith("fits: the peak is the evaluation phase of task math, 78.04 of 79.65 GiB per GPU on h100-80gb")
+    assert fits.startswith("fits: the peak is the evaluation phase of task math, 78.04 of 79.65 GiB per GPU")
 
 
 def test_a_hub_model_without_a_config_is_a_clear_error(tmp_path):

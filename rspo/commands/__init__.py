@@ -52,11 +52,11 @@ def preset_path(preset_arg: str) -> Path:
 def add_workload_args(ap: argparse.ArgumentParser, *, steps: int, steps_help: str) -> None:
     """The arguments `rspo bench` and `rspo speed` share: which model, data and preset, how many
     measured steps, threads, where the JSON goes, and --quiet."""
-    ap.add_argument("--preset", default="configs/small.yaml")
+    ap.add_argument("--preset", default="configs/small.yaml", help="{P} (default small)")
     ap.add_argument("--model", default=None, help="checkpoint (default: results/<preset>/models/base)")
     ap.add_argument("--data", default=None, help="Countdown folder (default: results/<preset>/data/countdown)")
     ap.add_argument("--steps", type=int, default=steps, help=steps_help)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of the workload (default 2)")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
 

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--into", default="", help="results folder (default: results/<preset>)")
     v = sub.add_parser("verify", help="check an archive against the preset without writing anything")
     v.add_argument("archive")
-    v.add_argument("--preset", required=True)
+    v.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     args = ap.parse_args(argv)
     from rspo.config import ConfigError
     from rspo.plan import Plan

@@ -19,23 +19,23 @@ FAMILIES = ("countdown", "math", "code")
 
 def build_parser(family: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=f"rspo evaluate {family}")
-    ap.add_argument("--preset", required=True)
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     ap.add_argument("--model", required=True, help="checkpoint folder (or hub id)")
     ap.add_argument("--out", required=True, help="output JSON")
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--temperature", type=float, default=None)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the preset's eval)")
     ap.add_argument("--samples", dest="n", type=int, default=None, help="samples per prompt (was --n)")
     ap.add_argument("--limit", type=int, default=None, help="problems per benchmark/split (0 = all)")
-    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="response budget (default: the preset's eval)")
     ap.add_argument("--seed", type=int, default=None, help="sampling seed (math/code; default the preset's, else 0)")
     ap.add_argument("--backend", default=None, help="hf | vllm (default: the preset's rl.rollout.backend)")
-    ap.add_argument("--no-mlflow", action="store_true")
+    ap.add_argument("--no-mlflow", action="store_true", help="write the JSON only, no MLflow run")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     if family == "countdown":
         ap.add_argument("--data", required=True, help="the generated Countdown folder")
-        ap.add_argument("--splits", nargs="+", default=None)
+        ap.add_argument("--splits", nargs="+", default=None, help="splits to score (default: the preset's eval)")
     else:
-        ap.add_argument("--benchmarks", nargs="+", default=None)
+        ap.add_argument("--benchmarks", nargs="+", default=None, help="benchmarks to score (default: the preset's)")
     return ap
 
 

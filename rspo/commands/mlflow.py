@@ -103,9 +103,13 @@ def ui_main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--shipped", action="store_true", help="the shipped study's store (results/<preset>-archive), not your runs'"
     )
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=5000)
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; from another, forward the port over SSH)",
+    )
+    ap.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    ap.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
     args = ap.parse_args(argv)
     if args.preset:
         try:

@@ -15,15 +15,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="rspo parity", description=parity.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--base-model", required=True)
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
+    ap.add_argument("--base-model", required=True, help="the base checkpoint folder both trainers start from")
     ap.add_argument("--data", required=True, help="the generated Countdown folder")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True, help="folder for the run's metrics, model and parity.json")
+    ap.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
     ap.add_argument(
         "--trainer", choices=list(parity.TRAINERS), default="trl-grpo", help="TRL GRPO, or RSPO through TRL"
     )
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="rl override")
     args = ap.parse_args(argv)
     s = parity.run_parity(

@@ -14,11 +14,20 @@ from rspo.gpu_memory import preflight
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="rspo preflight", description=preflight.__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", required=True)
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     ap.add_argument("--task", default=None, help="the preset's task to measure (default: its first)")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers of the model measured (default 2)")
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    ap.add_argument("--hub-dir", default="results/hub")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="rl override, as rspo train --set",
+    )
+    ap.add_argument(
+        "--hub-dir", default="results/hub", help="where fetched hub models are (their config.json; default results/hub)"
+    )
     ap.add_argument("--gpu-gib", type=float, default=79.65, help="on a CPU: the GPU the plan is made for")
     ap.add_argument("--out", default=None, help="a scratch folder (default: a temporary one)")
     ap.add_argument("--stage", choices=preflight.STAGES, default=None, help=argparse.SUPPRESS)

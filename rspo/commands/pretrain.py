@@ -15,14 +15,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="rspo pretrain", description=pretrain.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--task", default="countdown", choices=["countdown", "math", "code"])
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
+    ap.add_argument(
+        "--task",
+        default="countdown",
+        choices=["countdown", "math", "code"],
+        help="what to pretrain on (default countdown)",
+    )
     ap.add_argument("--data", required=True, help="countdown: the generated folder; math/code: train.jsonl")
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder (countdown); math/code train one")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    ap.add_argument("--no-mlflow", action="store_true")
+    ap.add_argument("--out", required=True, help="checkpoint folder to write (a rerun resumes from its <out>.work)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="pretrain override, e.g. examples=1000",
+    )
+    ap.add_argument("--no-mlflow", action="store_true", help="metrics.jsonl only, no MLflow run")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (testing resume)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     return ap

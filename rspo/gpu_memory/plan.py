@@ -565,7 +565,8 @@ def verdict(s: dict[str, Any]) -> str:
     host = f"host memory per node: {s['host_peak_gib']} of {s['host_limit_gib']} GiB (resources.train.mem_mb)"
     if s["fits"]:
         spare = round(s["limit_gib"] - s["peak_gib"], 2)
-        return f"fits: the peak is the {s['peak_phase']} phase of task {s['peak_task']}, {gpu} ({spare} GiB to spare); {host}"
+        peak = f"the {s['peak_phase']} phase of task {s['peak_task']}"
+        return f"fits: the peak is {peak}, {gpu} ({spare} GiB to spare); {host}"
     over = round(s["peak_gib"] - s["limit_gib"], 2)
     by = f" ({over} GiB over)" if over > 0 else ""
     return f"does not fit{by}: {advice(s)}; {host}"

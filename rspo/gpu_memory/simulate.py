@@ -499,12 +499,14 @@ def simulated_beside_plan(preset_path: str, gpu_gib: float, hub_dir: str, layers
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rspo.gpu_memory.simulate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--gpu-gib", type=float, required=True)
-    ap.add_argument("--hub-dir", default="results/hub")
+    ap.add_argument("--preset", required=True, help="configs/<p>.yaml")
+    ap.add_argument("--task", required=True, help="the preset's task whose step is simulated")
+    ap.add_argument("--gpu-gib", type=float, required=True, help="the GPU's memory (GiB) the plan is made for")
+    ap.add_argument("--hub-dir", default="results/hub", help="where fetched hub models are")
     ap.add_argument("--layers", type=int, default=0, help="cut the model to this many decoder layers (0: all)")
-    ap.add_argument("--regression", choices=REGRESSIONS, default=None)
+    ap.add_argument(
+        "--regression", choices=REGRESSIONS, default=None, help="a known fault put back, to show the simulation sees it"
+    )
     args = ap.parse_args(argv)
     cfg, config, world = task_inputs(args.preset, args.task, args.hub_dir, args.layers)
     with contextlib.redirect_stdout(sys.stderr):  # the trainer's prints; stdout carries the JSON line

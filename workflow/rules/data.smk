@@ -67,6 +67,10 @@ rule prepare_task:
 # One download per hub model, before any job reads it; every train and evaluate job then reads the
 # folder. A local rule: it runs where Snakemake runs (a login node has internet where compute nodes
 # may not). With HF_HUB_OFFLINE=1 it takes the model from the local hub cache or fails naming it.
+localrules:
+    fetch_model,
+
+
 rule fetch_model:
     output:
         f"{HUB_DIR}/{{model}}/rspo_snapshot.json",
