@@ -362,8 +362,9 @@ def fail_together(
 
 
 GPU_ENVIRONMENT = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0"}
-"""The GPU jobs' allocator and NCCL settings: rollout and training alternate on one GPU (vLLM turns
-expandable segments off around its own pool); NVLink SHARP buffers cost GPU memory per communicator."""
+"""The GPU jobs' allocator and NCCL settings: rollout and training alternate on one GPU (the engine's
+own allocations run with expandable segments off: rspo.rollout.colocate.engine_allocator); NVLink
+SHARP buffers cost GPU memory per communicator."""
 
 
 def gpu_environment(env=None) -> dict[str, str]:

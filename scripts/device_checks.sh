@@ -8,6 +8,8 @@ set -u
 export PYTHONPATH=$PWD
 O=${OUT:-/tmp/rspo-device-checks}; mkdir -p "$O"
 { nvidia-smi; python -V; python -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))"; } > "$O/env.txt" 2>&1
+# a MemPool and a graph captured into it, with expandable segments on and off (rspo.rollout.colocate)
+timeout 120 python scripts/mempool_check.py | tee "$O/mempool.jsonl"
 s=$(date +%s)
 timeout 150 python -m rspo preflight --preset configs/smoke.yaml --set model.device=cuda --set algorithm.routing=rollout_replay \
   --set algorithm.rollout_correction=token_truncate --set algorithm.router_shift=true --set rollout.dtype=bfloat16 \

@@ -114,3 +114,83 @@ def test_an_evaluation_engine_spans_the_jobs_gpus():
     assert engine_tensor_parallel("auto", "hf") == 1
     assert engine_tensor_parallel("auto", "vllm") == (torch.cuda.device_count() if torch.cuda.is_available() else 1)
     assert engine_tensor_parallel(4, "vllm") == 4
+
+
+class _Allocator:
+    """torch.cuda.memory._set_allocator_settings, recorded: the job starts with expandable segments on."""
+
+    def __init__(self):
+        self.expandable, self.calls = True, []
+
+    def __call__(self, settings: str):
+        self.calls.append(settings)
+        self.expandable = settings.endswith("True")
+
+
+@pytest.fixture
+def cuda_allocator(monkeypatch):
+    allocator = _Allocator()
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", allocator)
+    return allocator
+
+
+def test_the_engine_allocates_with_expandable_segments_off_and_training_gets_them_back(
+    cuda_allocator, monkeypatch, tmp_path
+):
+    """vLLM 0.32 captures CUDA graphs into a sleep-mode MemPool, which torch's allocator refuses
+    under expandable segments: the engine is built, put to sleep and woken with them off (a fake
+    vllm.LLM fails the test when it is built, slept or woken with them on), and they are on again
+    for training after each."""
+    from rspo.rollout import vllm as V
+    from rspo.tokenizer import build_tokenizer
+
+    seen = []
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            assert not cuda_allocator.expandable, "vllm.LLM built under expandable segments"
+            assert kwargs["enable_sleep_mode"] and kwargs["sleep_mode_offload_cudagraph"]
+            seen.append("build")
+
+        def sleep(self, level):
+            assert not cuda_allocator.expandable, "engine put to sleep under expandable segments"
+            seen.append(f"sleep{level}")
+
+        def wake_up(self, tags):
+            assert not cuda_allocator.expandable, "engine woken under expandable segments"
+            seen.append(f"wake {tags[0]}")
+
+        def collective_rpc(self, method, kwargs=None, args=()):
+            list(kwargs["weights_iterator"])
+
+        def reset_prefix_cache(self):
+            pass
+
+    monkeypatch.setattr(V, "_import_vllm", lambda: (FakeLLM, object))
+    monkeypatch.setattr(V, "_on_cpu", lambda: False)
+    from tiny_moe import make_tiny_moe
+
+    tok = build_tokenizer()
+    model = make_tiny_moe("qwen2_moe", num_experts=4, top_k=1, num_layers=1, hidden=16, vocab=len(tok))
+    backend = V.VLLMBackend(model, tok, model_path=str(tmp_path), sleep=True, on_cpu=False, dtype="float32")
+    assert cuda_allocator.expandable  # training's setting is back after the build
+    backend.release()
+    assert cuda_allocator.expandable
+    backend.wake_kv()  # the sync's second stage without its first: only the KV cache wakes
+    backend.sleeper.wake()
+    assert cuda_allocator.expandable and seen == ["build", "sleep2", "wake kv_cache", "wake weights"]
+    assert cuda_allocator.calls == ["expandable_segments:False", "expandable_segments:True"] * 4
+
+
+def test_a_job_without_expandable_segments_is_left_as_it_is(monkeypatch):
+    from rspo.rollout.colocate import engine_allocator
+
+    calls = []
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", calls.append)
+    with engine_allocator():
+        pass
+    assert calls == []

@@ -22,7 +22,7 @@ Jobs longer than a cluster allows: with ``--time-limit-min`` (the train rule pas
 runtime) the run stops before the limit, writes a checkpoint and exits with code 75; the rule's
 retries resubmit it and it resumes (rspo.train.time_limit). SIGUSR1 asks for the same stop.
 On GPUs the process sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (rollout and training
-alternate on one GPU; vLLM turns it off around its own pool) and ``NCCL_NVLS_ENABLE=0`` (NVLink
+alternate on one GPU; the engine is built, slept and woken with it off: rspo.rollout.colocate) and ``NCCL_NVLS_ENABLE=0`` (NVLink
 SHARP buffers cost GPU memory per communicator) unless they are set already
 (rspo.distributed.gpu_environment).
 

@@ -29,6 +29,14 @@ in the order the trainer runs them (the memory plan, rspo.gpu_memory.plan, has t
 4. KV wake (``wake_kv``): ``wake_up(tags=["kv_cache"])`` maps the KV cache back once the weights
    are in (verl and TRL's colocate mode wake in the same two stages); the next rollout follows.
 
+Allocator setting (``engine_allocator``): training runs with ``expandable_segments:True``
+(rspo.distributed.GPU_ENVIRONMENT, against fragmentation when rollout and training alternate), but
+vLLM 0.32 captures its CUDA graphs into a sleep-mode MemPool (``sleep_mode_offload_cudagraph``)
+without turning expandable segments off, and torch's caching allocator refuses a MemPool while they
+are on ("MemPool doesn't currently support expandable_segments", pytorch#147851). So everything the
+engine allocates itself (its construction, which loads and captures; its sleep; each wake) runs with
+them off, and training gets them back after (verl and other RL projects do the same).
+
 A wake with no tags would map weights and KV cache at once while the sync still holds a gathered
 layer. The engine must be built with ``enable_sleep_mode=True`` (vLLM's CUDA memory pool); vLLM
 keeps its CUDA graphs through sleep unless ``sleep_mode_offload_cudagraph`` (set with sleep:
@@ -40,7 +48,10 @@ allocations, so the order is exercised (and its memory measured) on any machine.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from collections.abc import Iterator
 
 import torch
 
@@ -51,6 +62,25 @@ log = logging.getLogger(__name__)
 
 SLEEP_LEVEL = 2  # discard weights and KV cache (level 1 would keep the weights in host memory)
 WAKE_TAGS = ("weights", "kv_cache")  # vLLM's tags of wake_up, in the order a sync wakes them
+
+
+def _expandable_in_environment() -> bool:
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
+    return "expandable_segments:true" in conf.replace(" ", "").lower()
+
+
+@contextlib.contextmanager
+def engine_allocator() -> Iterator[None]:
+    """Expandable segments off while the engine allocates (see the module docstring), back on after
+    when the job's allocator settings had them on; nothing without CUDA."""
+    if not torch.cuda.is_available() or not _expandable_in_environment():
+        yield
+        return
+    torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+    try:
+        yield
+    finally:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
 
 
 def check_tensor_parallel(tp: int, dist: Dist, backend: str) -> None:
@@ -96,7 +126,8 @@ class EngineSleep:
     def release(self) -> None:
         """Free the engine's weights and KV cache (after a rollout, before the old pass)."""
         if self.enabled and not self.asleep:
-            self.engine.sleep(level=SLEEP_LEVEL)
+            with engine_allocator():
+                self.engine.sleep(level=SLEEP_LEVEL)
             self.asleep = set(WAKE_TAGS)
 
     def wake_weights(self) -> None:
@@ -114,5 +145,6 @@ class EngineSleep:
 
     def _wake(self, tag: str) -> None:
         if tag in self.asleep:
-            self.engine.wake_up(tags=[tag])
+            with engine_allocator():
+                self.engine.wake_up(tags=[tag])
             self.asleep.discard(tag)

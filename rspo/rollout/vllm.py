@@ -100,7 +100,7 @@ from collections.abc import Iterator
 import torch
 
 from rspo.rollout.base import RolloutBatch, check_sampling, pack_rows, stop_token_ids
-from rspo.rollout.colocate import EngineSleep
+from rspo.rollout.colocate import EngineSleep, engine_allocator
 from rspo.seeding import row_seed
 
 KV_CACHE_GIB = 1.0  # CPU engines: KV cache size (GiB) when none is given
@@ -316,21 +316,22 @@ class VLLMBackend:
             # an evaluation engine over several GPUs in one process runs vLLM's own worker processes,
             # which an in-process reload cannot reach: they read the checkpoint files themselves
             own_workers = model is None and tensor_parallel_size > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1
-            engine = LLM(
-                **engine_kwargs(
-                    str(model_path),
-                    dtype=dtype,
-                    seed=seed,
-                    max_model_len=max_model_len,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                    kv_cache_gib=kv_cache_gib,
-                    tensor_parallel_size=tensor_parallel_size,
-                    sleep=sleep,
-                    enforce_eager=enforce_eager,
-                    load_format="auto" if own_workers else "dummy",
-                    return_routing=return_routing and not on_cpu,
+            with engine_allocator():  # vLLM's graph pool and expandable segments never meet (colocate)
+                engine = LLM(
+                    **engine_kwargs(
+                        str(model_path),
+                        dtype=dtype,
+                        seed=seed,
+                        max_model_len=max_model_len,
+                        gpu_memory_utilization=gpu_memory_utilization,
+                        kv_cache_gib=kv_cache_gib,
+                        tensor_parallel_size=tensor_parallel_size,
+                        sleep=sleep,
+                        enforce_eager=enforce_eager,
+                        load_format="auto" if own_workers else "dummy",
+                        return_routing=return_routing and not on_cpu,
+                    )
                 )
-            )
             self.engine = engine
             self.on_cpu = bool(on_cpu)
             # the engine starts on dummy weights: its real ones take the same path as every later
