@@ -152,16 +152,18 @@ rule train:
     log: "train.log"
     resources: mem_mb=2000, runtime=1
     shell:
-        "{PYTHON} -m rspo train {ARGS} --no-mlflow --quiet "
+        "{PYTHON} -m rspo launch --processes 2 train {ARGS} --no-mlflow --quiet "
         '--time-limit-min "${{{{SLURM_JOB_ID:+{{resources.runtime}}}}}}" --stop-margin-min 1 > {{log}} 2>&1'
 """
 
 
 @pytest.mark.slow
 def test_a_train_job_stops_before_its_time_limit_and_the_resubmitted_jobs_finish_the_run(slurm, tmp_path):
-    """A SLURM job of one minute (runtime=1) whose run needs more: with a margin of the whole minute, each
-    job trains one step, writes a checkpoint and exits 75 before the limit; `--retries` resubmits it,
-    each attempt resumes, and the run ends with the metrics of the same run made in one go."""
+    """A SLURM job of one minute (runtime=1) whose run needs more, in two data-parallel ranks through
+    `rspo launch` (the paper presets' launch): with a margin of the whole minute, each job trains one
+    step, writes a checkpoint and exits 75 before the limit, the launcher passes 75 on (torchrun alone
+    exits 1, which Snakemake cannot tell from a crash); `--retries` resubmits it, each attempt resumes,
+    and the run ends with the metrics of the same run made in one go in one process."""
     import json
 
     from dist_runs import MEASURED
@@ -206,5 +208,6 @@ def test_a_train_job_stops_before_its_time_limit_and_the_resubmitted_jobs_finish
     assert [r["step"] for r in rows] == [r["step"] for r in want] == [1, 2, 3]
     for a, b in zip(rows, want):
         assert a.keys() == b.keys()
-        for k in a:
-            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), (a["step"], k)
+        for k in a:  # two ranks sum their gradients in another order than one process: float reduction order
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), (a["step"], k)
+    assert json.loads((work / "run" / "run.json").read_text())["world_size"] == 2

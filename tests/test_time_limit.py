@@ -50,3 +50,79 @@ def test_a_run_stopped_before_its_limit_resumes_to_the_uninterrupted_run(tmp_pat
     assert a == b
     assert (tmp_path / "run" / "final.json").is_file()
     assert EXIT_TIME_LIMIT == 75
+
+
+def test_the_deadline_is_counted_from_the_jobs_start():
+    """SLURM's end time where it exports one, else its start time plus the limit, else the start of
+    the job's process plus the limit: start-up comes out of the job's limit."""
+    from rspo.train.time_limit import job_deadline, job_process_start
+
+    now = time.time()
+    assert job_deadline(0.0, 60.0, {"SLURM_JOB_END_TIME": str(int(now + 600))}) == (None, "")  # no limit: none
+    end, src = job_deadline(3600.0, 60.0, {"SLURM_JOB_END_TIME": "2000000000", "SLURM_JOB_START_TIME": "1999996400"})
+    assert (end, src) == (2000000000 - 60.0, "SLURM's end time of the job")
+    start, src = job_deadline(3600.0, 60.0, {"SLURM_JOB_START_TIME": "1999996400"})
+    assert (start, src) == (1999996400 + 3600.0 - 60.0, "SLURM's start time of the job")
+    proc, src = job_deadline(3600.0, 60.0, {})
+    assert src == "the start of the job's process" and proc == job_process_start() + 3540.0
+    assert job_process_start() <= now
+    # a job that spent 95 of its 100 s starting: 5 s are left, a 10 s step does not fit
+    tl = TimeLimit.for_job(Dist(), 100.0, 0.0, {"SLURM_JOB_START_TIME": str(int(now - 95))})
+    assert tl.remaining_s() < 6 and tl.counted_from == "SLURM's start time of the job"
+    tl.record_step(10.0)
+    assert tl.must_stop()
+
+
+def _train(assets, out, *launch, env=None, limit_min=0.01):
+    """`python <launch> train ...` on the tiny assets (2 steps, a checkpoint each) with a time limit of
+    ``limit_min`` minutes and no margin."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tiny_moe import train_args
+
+    root = Path(__file__).resolve().parents[1]
+    sets = ("schedule.total_steps=2", "schedule.ckpt_every=1", "schedule.val_every=0")
+    args = train_args(assets, out, root / "configs" / "smoke.yaml", *sets, threads=2)
+    cmd = [sys.executable, *launch, "train", *args, "--no-mlflow", "--quiet", "--time-limit-min", str(limit_min)]
+    cmd += ["--stop-margin-min", "0"]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_"))}
+    return subprocess.run(cmd, cwd=root, env={**full_env, **(env or {})}, capture_output=True, text=True, timeout=300)
+
+
+def test_a_slow_start_counts_against_the_jobs_limit(tmp_path):
+    """A job whose start-up already took its limit (SLURM's start time 100 s ago, a limit of 100 s):
+    it makes its one step, saves and exits 75, where a deadline counted from the first step (the
+    earlier behaviour) would have let the tiny run finish both steps well inside 100 s and exit 0."""
+    assets = make_train_assets(tmp_path / "assets")
+    slow = {"SLURM_JOB_START_TIME": str(int(time.time() - 100))}
+    r = _train(assets, tmp_path / "run", "-m", "rspo", env=slow, limit_min=100 / 60)
+    assert r.returncode == EXIT_TIME_LIMIT, r.stderr[-3000:]
+    assert "start-up" in r.stderr and "SLURM's start time of the job" in r.stderr
+    assert not (tmp_path / "run" / "final.json").exists()
+
+
+def test_rspo_launch_passes_a_time_limit_stop_on_as_75_where_torchrun_exits_1(tmp_path):
+    assets = make_train_assets(tmp_path / "assets")
+    plain = _train(
+        assets, tmp_path / "plain", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "rspo"
+    )
+    assert plain.returncode == 1  # torchrun: "ChildFailedError", exit 1, for ranks that stopped at the limit
+    r = _train(assets, tmp_path / "run", "-m", "rspo", "launch", "--processes", "2")
+    assert r.returncode == EXIT_TIME_LIMIT, r.stderr[-3000:]
+    assert "rspo launch: train ended with exit 75" in r.stderr
+    assert (tmp_path / "run" / "checkpoints" / "step_000001").is_dir()  # it saved before it stopped
+
+
+def test_a_resumed_run_removes_the_save_a_killed_job_left(tmp_path):
+    assets = make_train_assets(tmp_path / "assets")
+    cfg = make_cfg(assets, algo="gmpo", router_shift=True)
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task())
+    tr.time_limit = TimeLimit(tr.dist, limit_s=1e-3)
+    assert tr.run().get("stopped") == "time limit"
+    left = tmp_path / "run" / "checkpoints" / ".tmp_step_000002"  # a save killed halfway
+    (left / "state").mkdir(parents=True)
+    (left / "state" / "__0_0.distcp").write_bytes(b"x" * 1024)
+    Trainer(cfg, tmp_path / "run", task=digit_task())
+    assert not left.exists() and (tmp_path / "run" / "checkpoints" / "step_000001").is_dir()

@@ -76,9 +76,13 @@ def test_every_preset_plans(ws, preset):
     assert len(names) == len(set(names)) == len(plan.runs)
     assert counts.get("pretrain", 0) == (1 if preset in ("smoke", "small", "paper_small") else 0)
     # the 8-GPU presets train data parallel under torchrun; the others in one process
-    launched = re.findall(r"(python -m torch.distributed.run --standalone --nproc-per-node \d+ )?-m rspo train", out)
-    expected = "python -m torch.distributed.run --standalone --nproc-per-node 8 " if "large" in preset else ""
+    launched = re.findall(r"python -m rspo (launch --processes \d+ )?train", out)
+    expected = "launch --processes 8 " if "large" in preset else ""
     assert launched and set(launched) == {expected}
+    # the README's presets table quotes the job count of the presets it times: it is this plan's
+    quoted = re.search(rf"^\| `{preset}` \|.*?\b(\d+) jobs", (ROOT / "README.md").read_text(), re.M)
+    if quoted:
+        assert int(quoted.group(1)) == counts["total"], f"README quotes {quoted.group(1)} jobs for {preset}"
     print(f"{preset}: {counts['total']} jobs planned in {elapsed:.1f} s")
 
 

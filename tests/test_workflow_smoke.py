@@ -169,7 +169,7 @@ def test_the_train_rule_launches_two_gloo_processes_that_equal_one(smoke_dags, t
         preset_path.write_text(original)
     log = (res / "logs" / "train" / f"{run}.log").read_text(errors="replace")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:] + log[-3000:]
-    assert "-m torch.distributed.run --standalone --nproc-per-node 2 -m rspo train" in r.stdout
+    assert "python -m rspo launch --processes 2 train --preset" in r.stdout
     assert json_load(res / "runs" / run / "run.json")["world_size"] == 2
     total = yaml.safe_load(original)["rl"]["schedule"]["total_steps"]
     assert_same_run(one, res / "runs" / run, steps=tuple(range(total + 1)))

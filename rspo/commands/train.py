@@ -19,12 +19,13 @@ and rank 0 writes the run folder and the MLflow run. An error on one rank stops 
 seconds; the log names the failing rank, the step and the error (rspo.distributed.fail_together).
 
 Jobs longer than a cluster allows: with ``--time-limit-min`` (the train rule passes its SLURM
-runtime) the run stops before the limit, writes a checkpoint and exits with code 75; the rule's
-retries resubmit it and it resumes (rspo.train.time_limit). SIGUSR1 asks for the same stop.
-On GPUs the process sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (rollout and training
-alternate on one GPU; the engine is built, slept and woken with it off: rspo.rollout.colocate) and ``NCCL_NVLS_ENABLE=0`` (NVLink
-SHARP buffers cost GPU memory per communicator) unless they are set already
-(rspo.distributed.gpu_environment).
+runtime) the run stops before the limit, counted from the job's start, writes a checkpoint and
+exits with code 75; the rule's retries resubmit it and it resumes (rspo.train.time_limit). SIGUSR1
+sent to the process asks for the same stop.
+On GPUs the process sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (rollout and
+training alternate on one GPU; the engine is built, slept and woken with it off:
+rspo.rollout.colocate) and ``NCCL_NVLS_ENABLE=0`` (NVLink SHARP buffers cost GPU memory per
+communicator) unless they are set already (rspo.distributed.gpu_environment).
 
 Progress (rank 0; off with ``--quiet``): a bar on a terminal, else one line per step in the log,
 ``[train <run>] step 12/80 (15%) elapsed 0:00:14 eta 0:01:19 s/step 1.12 reward 0.531 val - ...``
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from rspo.commands import refuse_missing, respell
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import signal
 
-    from rspo.train.time_limit import EXIT_TIME_LIMIT, TimeLimit
+    from rspo.train.time_limit import EXIT_TIME_LIMIT, TimeLimit, job_process_start
     from rspo.train.trainer import Trainer
 
     factory = None
@@ -159,9 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
             print(f"rspo train: {e}", file=sys.stderr)
             return 2
-        # stop cleanly before the job's limit, or when SLURM's --signal=USR1@... arrives (rspo.train.time_limit)
-        trainer.time_limit = TimeLimit(trainer.dist, args.time_limit_min * 60, args.stop_margin_min * 60)
+        # stop cleanly before the job's limit, counted from the job's start (rspo.train.time_limit), or
+        # when SIGUSR1 arrives
+        trainer.time_limit = TimeLimit.for_job(trainer.dist, args.time_limit_min * 60, args.stop_margin_min * 60)
         trainer.time_limit.watch(signal.SIGUSR1)
+        if trainer.dist.is_main:
+            left = trainer.time_limit.remaining_s()
+            deadline = (
+                "" if left is None else f"; stops by {left / 60:.1f} min from now ({trainer.time_limit.counted_from})"
+            )
+            print(
+                f"[train {cfg.run_name}] start-up {time.time() - job_process_start():.0f} s{deadline}", file=sys.stderr
+            )
         final = trainer.run()
     if trainer.dist.is_main:
         print(json.dumps({k: final[k] for k in ("run_name", "steps", "collapsed", "stopped") if k in final}))

@@ -79,6 +79,15 @@ class RunFolder:
         )
         return done[-1] if done else None
 
+    def remove_unfinished_saves(self) -> list[Path]:
+        """Delete what saves killed halfway left (``.tmp_step_*``: a save is written there and renamed
+        into place only once whole, rspo.train.checkpoint.save; for the paper presets up to 341 GiB
+        each). -> the folders removed."""
+        left = sorted(self.checkpoints.glob(".tmp_step_*")) if self.checkpoints.is_dir() else []
+        for p in left:
+            shutil.rmtree(p, ignore_errors=True)
+        return left
+
     def step_dir(self, step: int) -> Path:
         self.checkpoints.mkdir(exist_ok=True)
         return self.checkpoints / f"step_{step:06d}"

@@ -11,24 +11,70 @@ rule resubmits such a job (Snakemake's ``retries``), and the new job resumes fro
 A signal asks for the same (``watch(signal)``, SIGUSR1: SLURM sends it ahead of the limit with
 ``--signal=USR1@<seconds>``). Under torchrun the ranks decide together (one rank's deadline or signal
 stops all of them at the same step boundary): ``must_stop`` is a collective.
+
+The deadline is counted from the job's start, not from the first step (``TimeLimit.for_job``,
+``job_deadline``): reading the weights, verifying and reading a checkpoint, compiling and capturing
+graphs all come out of the job's limit. Where SLURM exports the job's end time
+(``SLURM_JOB_END_TIME``, SLURM 23.02 and later) the deadline is that less the margin; else its start
+time (``SLURM_JOB_START_TIME``) plus the limit; else the start of the job's process (under torchrun,
+the launcher that started the ranks) plus the limit. ``rspo train`` prints the start-up time.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 EXIT_TIME_LIMIT = 75  # sysexits.h EX_TEMPFAIL
 
 
+def job_process_start() -> float:
+    """Wall-clock second at which this job's process started: under torchrun the launcher's (this
+    rank's parent), else this process's."""
+    import psutil
+
+    me = psutil.Process()
+    parent = me.parent() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    return (parent or me).create_time()
+
+
+def job_deadline(limit_s: float, margin_s: float, env=None) -> tuple[float | None, str]:
+    """(wall-clock deadline, what it was counted from) of a job with a limit of ``limit_s`` seconds
+    (0: none) and ``margin_s`` kept free at the end (module docstring)."""
+    env = os.environ if env is None else env
+    if limit_s <= 0:
+        return None, ""
+    if str(env.get("SLURM_JOB_END_TIME", "")).isdigit():
+        return float(env["SLURM_JOB_END_TIME"]) - margin_s, "SLURM's end time of the job"
+    if str(env.get("SLURM_JOB_START_TIME", "")).isdigit():
+        return float(env["SLURM_JOB_START_TIME"]) + limit_s - margin_s, "SLURM's start time of the job"
+    return job_process_start() + limit_s - margin_s, "the start of the job's process"
+
+
 class TimeLimit:
     def __init__(self, dist, limit_s: float = 0.0, margin_s: float = 0.0) -> None:
+        """A deadline ``limit_s`` - ``margin_s`` from now (``for_job``: from the job's start)."""
         self.dist = dist
         self.deadline = time.monotonic() + limit_s - margin_s if limit_s > 0 else None
+        self.counted_from = "now"
         self.requested = False
         self.watching = False
         self.step_s = 0.0  # the longest step so far (rollout, updates, sync, validation)
         self.save_s = 0.0  # the longest checkpoint save so far
+
+    @classmethod
+    def for_job(cls, dist, limit_s: float, margin_s: float, env=None) -> TimeLimit:
+        """The deadline of the job this process runs in, counted from the job's start (``job_deadline``)."""
+        tl = cls(dist)
+        wall, tl.counted_from = job_deadline(limit_s, margin_s, env)
+        if wall is not None:
+            tl.deadline = time.monotonic() + (wall - time.time())
+        return tl
+
+    def remaining_s(self) -> float | None:
+        """Seconds to the deadline (None without one)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     @property
     def active(self) -> bool:

@@ -238,6 +238,9 @@ class Trainer:
     def _restore(self) -> str | None:
         """Check the folder belongs to this config; restore the last checkpoint. -> MLflow run id."""
         self.folder.check_owner()
+        if self.dist.is_main:
+            for p in self.folder.remove_unfinished_saves():
+                log.warning("removed %s, the unfinished save of a job that was killed while saving", p)
         ckpt = self.folder.latest_checkpoint()
         run_id = None
         if ckpt is not None:

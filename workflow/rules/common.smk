@@ -116,11 +116,11 @@ def res(kind, key):
 
 
 def train_launcher():
-    """`python`, or torchrun with resources.train.processes data-parallel processes (FSDP2)."""
+    """`python -m rspo`, or `python -m rspo launch --processes N` for resources.train.processes > 1:
+    torchrun's N data-parallel processes (FSDP2), its parser kept off the command's arguments and a
+    time-limit stop (exit 75) passed on to Snakemake as itself (rspo/commands/launch.py)."""
     n = int(res("train", "processes"))
-    if n == 1:
-        return "python"
-    return f"python -m torch.distributed.run --standalone --nproc-per-node {n}"
+    return "python -m rspo" if n == 1 else f"python -m rspo launch --processes {n}"
 
 
 def stop_margin():

@@ -2,8 +2,9 @@
 # stop-gradient ablation, routing alternatives, and the math/code `main` runs. A run that several
 # figures need has one name and is trained once. final.json is written last by `rspo train`;
 # metrics.jsonl, run.json and the checkpoints stay in place if a job dies, so a rerun resumes.
-# With resources.train.processes > 1 the job runs under torchrun (data parallel, FSDP2): one
-# process per GPU on a GPU node, gloo processes on CPU; --threads is split over the processes.
+# With resources.train.processes > 1 the job runs under torchrun (data parallel, FSDP2) through
+# `rspo launch`: one process per GPU on a GPU node, gloo processes on CPU; --threads is split over
+# the processes; a time-limit stop leaves the launcher with exit 75 as it leaves one process.
 # Under SLURM a run longer than one job may take stops before the job's limit (resources.runtime):
 # it writes a checkpoint and exits 75, and the cluster profile's retries resubmit it, resuming
 # (rspo.train.time_limit). Elsewhere --time-limit-min is empty: no limit.
@@ -36,6 +37,6 @@ rule train:
         launcher=train_launcher(),
         margin=stop_margin(),
     shell:
-        "{params.launcher} -m rspo train --preset {params.preset} --run-name {wildcards.run} --base-model {params.base} "
+        "{params.launcher} train --preset {params.preset} --run-name {wildcards.run} --base-model {params.base} "
         "--train-data {params.data} {params.vals} --out {params.out} --threads {threads} "
         '--time-limit-min "${{SLURM_JOB_ID:+{resources.runtime}}}" --stop-margin-min {params.margin} > {log} 2>&1'
