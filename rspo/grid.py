@@ -33,9 +33,12 @@ def run_name(
     routing: str = "none",
     seed: int = 0,
     correction: str = "none",
+    rollout_dtype: str = "",
 ) -> str:
     """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`,
-    `gmpo-rolloutreplay-s0` (R3), `gmpo-rs0.8-tis-s0` (a rollout correction: tis, icepop, seqtis, mis)."""
+    `gmpo-rolloutreplay-s0` (R3), `gmpo-rs0.8-tis-s0` (a rollout correction: tis, icepop, seqtis, mis),
+    `gmpo-fp8-s0` (an engine in another precision than the trainer's; in the grid a regime's prefix,
+    `mismatch-`, says that instead)."""
     parts = [algo]
     if router_shift:
         parts.append(f"rs{gamma_min:g}")
@@ -45,6 +48,8 @@ def run_name(
         parts.append(routing.replace("_", ""))
     if correction != "none":
         parts.append(CORRECTION_NAMES[correction])
+    if rollout_dtype:
+        parts.append(rollout_dtype)
     parts.append(f"s{seed}")
     return "-".join(parts)
 
@@ -275,6 +280,16 @@ def load_train_config(
     if not name:
         a = cfg.algorithm
         cfg = dataclasses.replace(
-            cfg, run_name=run_name(a.algo, a.router_shift, a.gamma_min, a.stop_gradient, a.routing, cfg.seed)
+            cfg,  # named by every grid setting it has: two runs that differ never share an MLflow name
+            run_name=run_name(
+                a.algo,
+                a.router_shift,
+                a.gamma_min,
+                a.stop_gradient,
+                a.routing,
+                cfg.seed,
+                a.rollout_correction,
+                cfg.rollout.dtype,
+            ),
         )
     return cfg

@@ -239,3 +239,31 @@ def test_a_preset_that_sets_a_removed_setting_is_told_it_was_removed(key, tmp_pa
     preset["rl"].setdefault(section, {})[name] = 0
     with pytest.raises(ConfigError, match=rf"^small.yaml: rl.{key}: removed \("):
         validate_preset(preset, ROOT / "workflow" / "schemas" / "preset.schema.yaml", where="small.yaml")
+
+
+def test_a_run_named_by_its_overrides_carries_every_grid_setting_it_differs_by():
+    """`rspo train --set ...` without --run-name names the run from its config: the correction, the
+    engine's precision and the routing mode are in the name, so two runs that differ in any of them
+    never share an MLflow run name (a TIS run was once named like the plain run, gmpo-s0)."""
+    small = ROOT / "configs" / "small.yaml"
+    variants = {
+        "plain": [],
+        "tis": ["algorithm.rollout_correction=token_truncate"],
+        "icepop": ["algorithm.rollout_correction=token_mask"],
+        "fp8": ["rollout.dtype=fp8"],
+        "bf16": ["rollout.dtype=bfloat16"],
+        "freeze": ["algorithm.routing=freeze"],
+        "r3": ["algorithm.routing=rollout_replay"],
+        "rs": ["algorithm.router_shift=true"],
+        "rs-tis-fp8": [
+            "algorithm.router_shift=true",
+            "algorithm.rollout_correction=token_truncate",
+            "rollout.dtype=fp8",
+        ],
+    }
+    names = {k: load_train_config(small, None, ["algorithm.algo=gmpo", *v]).run_name for k, v in variants.items()}
+    assert len(set(names.values())) == len(names), names
+    assert names["plain"] == "gmpo-s0" and names["tis"] == "gmpo-tis-s0" and names["fp8"] == "gmpo-fp8-s0"
+    assert names["rs-tis-fp8"] == "gmpo-rs0.8-tis-fp8-s0"
+    # the grid's names are unchanged: its regime prefix says what the engine's precision is
+    assert load_train_config(small, "gmpo-rs0.8-s0").run_name == "gmpo-rs0.8-s0"
