@@ -69,3 +69,32 @@ def test_host_work_runs_in_the_given_context():
     with host_context(Marker), host_allocation():
         pass
     assert seen == ["in", "out"]
+
+
+def test_a_sleeping_engines_reservation_is_not_read_as_memory_in_use(monkeypatch):
+    """torch.cuda's statistics stubbed as on a GPU beside a vLLM engine at level-2 sleep: 20 GiB of
+    the engine's tensors still reserved in torch's counters, their pages unmapped. The driver sees
+    30 GiB at the phase's end (10 GiB of training tensors and reservations, 8 of context, NCCL and
+    the like, ... and nothing of the engine's 20), and the update reserved 5 GiB more for a moment.
+    The phase peaked at 35 GiB; the earlier reading, peak reserved + (driver - reserved), said 45."""
+    import torch
+
+    from rspo.gpu_memory.phases import GIB, CudaMemory
+
+    stats = {"free": 50 * GIB, "total": 80 * GIB, "reserved": 40 * GIB, "peak_reserved": 45 * GIB}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (stats["free"], stats["total"]))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: stats["reserved"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: stats["peak_reserved"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 38 * GIB)
+    mem = CudaMemory(torch.device("cuda", 0))
+    with mem.phase("update"):
+        pass
+    row = mem.step_metrics()
+    assert row["memory/update/driver_used_gib"] == 30.0 and row["memory/update/peak_gib"] == 35.0
+    # an awake engine (its pages mapped: the driver sees them): the reading is the earlier one
+    stats.update(free=30 * GIB)
+    with mem.phase("rollout"):
+        pass
+    assert mem.step_metrics()["memory/rollout/peak_gib"] == 45 + (50 - 40)

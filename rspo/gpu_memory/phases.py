@@ -26,8 +26,12 @@ largest value measured in that phase over the current step; ``step_metrics()`` r
   (``max_memory_allocated`` / ``max_memory_reserved`` after ``reset_peak_memory_stats`` at its
   start), the driver's used memory at its end (``mem_get_info``: total - free, which includes what
   NCCL, vLLM's memory pool and the CUDA context hold outside torch's allocator), and the phase's
-  estimated device peak, ``peak_gib`` = peak reserved + (driver used - reserved) at its end: the
-  number to compare with the plan's total;
+  estimated device peak, ``peak_gib`` = driver used at its end + (peak reserved - reserved at its
+  end), the driver's view plus the transient peak above what is still reserved: the number to
+  compare with the plan's total. Not peak reserved + (driver used - reserved): under vLLM's level-2
+  sleep the engine's tensors and their reservation stay in torch's counters while their pages are
+  unmapped (about 23.8 GiB per rank of paper_large_math), so that reading counted a sleeping engine
+  as awake and cried "over plan" in every phase between rollout and sync;
 - on the CPU (``HostMemory``): the process's resident memory at the end of the phase (``rss_gib``),
   so that the same code path runs in the CPU tests;
 - in the simulation: the memory tracker's peak over the phase (rspo.gpu_memory.simulate).
@@ -189,12 +193,13 @@ class CudaMemory(PhaseMemory):
         free, total = torch.cuda.mem_get_info(self.device)
         reserved_now = torch.cuda.memory_reserved(self.device)
         peak_reserved = torch.cuda.max_memory_reserved(self.device)
-        outside = (total - free) - reserved_now  # CUDA context, NCCL, vLLM's pool: not in torch's stats
+        driver = total - free  # what is mapped now, torch's or not (context, NCCL, an awake engine)
+        transient = max(0, peak_reserved - reserved_now)  # reserved during the phase, released by its end
         return {
             "allocated_gib": torch.cuda.max_memory_allocated(self.device) / GIB,
             "reserved_gib": peak_reserved / GIB,
-            "driver_used_gib": (total - free) / GIB,
-            "peak_gib": (peak_reserved + max(0, outside)) / GIB,
+            "driver_used_gib": driver / GIB,
+            "peak_gib": (driver + transient) / GIB,
         }
 
 
