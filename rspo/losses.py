@@ -20,8 +20,11 @@ Equation names below are the paper's labels (``eq:...``).
   A < 0 only the lower side), then s_i = exp(mean_t clipped log w_tilde) and loss_i = -A_i s_i,
   mean over responses.
 
-RSPO, the paper's main method, is ``compute_policy_loss("gmpo", ..., gamma=gamma)`` with gamma from
-``rspo.router.router_shift_ratio``.
+RSPO, the paper's main method, is ``compute_policy_loss("gmpo", ..., log_gamma=log_gamma)`` with
+``log_gamma = router_shift_log_weight(gamma, mask, gamma_min)`` and gamma from
+``rspo.router_shift.router_shift_ratio``. The loss receives the router-shift term and the rollout
+correction's weight computed (``router_shift_log_weight``, ``rollout_correction``), as verl's
+policy-loss entry receives its correction weights; their diagnostics are their own functions'.
 
 Train-inference mismatch (beyond the paper; docs/mismatch.md). The responses are sampled by the
 rollout engine, whose log-probs ``logp_engine`` differ from the old pass's ``logp_old`` (another
@@ -116,11 +119,12 @@ def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Mean of x over the positions where mask is True (over all positions, or along dim)."""
+    """Mean of x over the positions where mask is True: over all positions, or along ``dim`` (a row
+    without any such position gives 0 there; every caller leaves such rows out)."""
     x = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
     if dim is None:
         return x.sum() / mask.sum()
-    return x.sum(dim) / mask.sum(dim)
+    return x.sum(dim) / mask.sum(dim).clamp(min=1)
 
 
 def router_shift_sums(gamma: Tensor, mask: Tensor, gamma_min: float) -> Tensor:
@@ -141,23 +145,7 @@ def router_shift_stats(sums: Tensor) -> dict[str, float]:
 
 def seq_mean_token_mean(per_token: Tensor, mask: Tensor) -> Tensor:
     """Mean over tokens of each response, then mean over non-empty responses.  (B, T) -> ()"""
-    valid = mask.any(dim=1)  # (B,)
-    lengths = mask.sum(dim=1).clamp(min=1)  # (B,)
-    per_seq = torch.where(mask, per_token, torch.zeros((), dtype=per_token.dtype, device=per_token.device))
-    per_seq = per_seq.sum(dim=1) / lengths  # (B,)
-    return per_seq[valid].mean()
-
-
-def _sequence_weight(omega: Tensor, mask: Tensor) -> Tensor:
-    """A sequence objective's rollout-correction weight: omega's mean over the response.  -> (B,)"""
-    lengths = mask.sum(dim=1).clamp(min=1)
-    return torch.where(mask, omega, torch.zeros((), dtype=omega.dtype, device=omega.device)).sum(1) / lengths
-
-
-def _per_response_advantage(adv_tok: Tensor, mask: Tensor) -> Tensor:
-    """One advantage per response: masked mean of a (B, T) advantage.  -> (B,)"""
-    lengths = mask.sum(dim=1).clamp(min=1)
-    return torch.where(mask, adv_tok, torch.zeros((), dtype=adv_tok.dtype, device=adv_tok.device)).sum(1) / lengths
+    return masked_mean(per_token, mask, dim=1)[mask.any(dim=1)].mean()
 
 
 # ----------------------------------------------------------------------------- losses
@@ -184,10 +172,10 @@ def gspo_loss(
     valid = mask.any(dim=1)  # (B,)
     seq_log_ratio = masked_mean(log_w, mask, dim=1)  # (B,) mean_t log w_tilde
     s = torch.exp(torch.where(valid, seq_log_ratio, torch.zeros_like(seq_log_ratio)))  # (B,)
-    adv = _per_response_advantage(adv_tok, mask)  # (B,)
+    adv = masked_mean(adv_tok, mask, dim=1)  # (B,) one advantage per response
     loss_unclipped = -adv * s
     loss_clipped = -adv * s.clamp(1.0 - clip_low, 1.0 + clip_high)
-    per_seq = torch.maximum(loss_unclipped, loss_clipped) * _sequence_weight(omega, mask)  # (B,)
+    per_seq = torch.maximum(loss_unclipped, loss_clipped) * masked_mean(omega, mask, dim=1)  # (B,)
     clipfrac = (loss_clipped > loss_unclipped)[valid].float().mean()
     return per_seq[valid].mean(), clipfrac
 
@@ -204,8 +192,8 @@ def gmpo_loss(
     clipfrac = masked_mean((log_w_star != log_w).float(), mask)
     seq_log_ratio = masked_mean(log_w_star, mask, dim=1)  # (B,)
     s = torch.exp(torch.where(valid, seq_log_ratio, torch.zeros_like(seq_log_ratio)))  # (B,) s_bar_i
-    adv = _per_response_advantage(adv_tok, mask)  # (B,)
-    per_seq = -adv * s * _sequence_weight(omega, mask)
+    adv = masked_mean(adv_tok, mask, dim=1)  # (B,) one advantage per response
+    per_seq = -adv * s * masked_mean(omega, mask, dim=1)  # omega's mean over the response
     return per_seq[valid].mean(), clipfrac
 
 
@@ -230,6 +218,8 @@ def router_shift_log_weight(
     gamma_processed), detached under ``stop_gradient`` (the paper's sg[.]); 0 on padding.
     ``compute_policy_loss`` and the TRL plug-in (``rspo.integrations.trl``) both use it."""
     gamma_min = check_gamma_min(float(gamma_min))
+    if gamma.shape != mask.shape:
+        raise ValueError(f"gamma: shape {tuple(gamma.shape)} does not match the response mask {tuple(mask.shape)}")
     dtype = gamma.dtype if dtype is None else dtype
     gamma = torch.where(mask, gamma.to(dtype), torch.ones((), dtype=dtype))
     _check_finite("gamma", gamma, mask)
@@ -249,17 +239,12 @@ def compute_policy_loss(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    gamma: Tensor | None = None,
-    gamma_min: float = DEFAULT_GAMMA_MIN,
-    stop_gradient: bool = True,
-    clip_low: float | None = None,
-    clip_high: float | None = None,
-    engine_log_prob: Tensor | None = None,
-    correction: str = "none",
-    correction_low: float = 0.5,
-    correction_high: float = 2.0,
+    *,
+    log_gamma: Tensor | None = None,
+    weight: Tensor | None = None,
+    clip: tuple[float | None, float | None] | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Policy loss of ``algo`` with optional router-shift weighting and rollout correction.
+    """Policy loss of ``algo`` with the router-shift term and the rollout-correction weight given.
 
     Args:
         algo: "grpo" | "gspo" | "gmpo".
@@ -267,46 +252,44 @@ def compute_policy_loss(
         old_log_prob: (B, T) old-policy log-probs (treated as constants).
         advantages: (B,) one advantage per response, or (B, T).
         response_mask: (B, T) 1 for response tokens, 0 for padding.
-        gamma: (B, T) router-shift ratio in (0, 1] per token (Eq. (7, router_shift_ratio)), or None
-            for no router-shift weighting.
-        gamma_min: floor on gamma, in (0, 1] (Eq. gamma_processed).
-        stop_gradient: True detaches gamma_tilde (the paper); False keeps gamma's graph (ablation).
-        clip_low, clip_high: epsilons in the algorithm's own space (see module docstring);
-            None -> the paper's default for ``algo``.
-        engine_log_prob: (B, T) the rollout engine's log-probs of the sampled tokens (constants);
-            needed by a ``correction`` other than "none".
-        correction, correction_low, correction_high: the train-inference mismatch correction and
-            its bounds (``rollout_correction``; module docstring).
+        log_gamma: (B, T) log gamma_tilde, added to the log-ratio inside the clip (Eq. 11,
+            adjusted_ratio): ``router_shift_log_weight(gamma, mask, gamma_min, stop_gradient)`` with
+            gamma from ``rspo.router_shift.router_shift_ratio`` (Eq. 7); None: no RS.
+        weight: (B, T) the rollout correction's omega, outside the clip: ``rollout_correction(...)``
+            (module docstring); None: omega = 1.
+        clip: (clip_low, clip_high), epsilons in the algorithm's own space; None (or a None in it):
+            the paper's for ``algo``.
 
     Returns:
         (loss, metrics): a scalar tensor to minimise, and python floats under ``actor/pg_loss``,
-        ``actor/ppo_kl``, ``actor/pg_clipfrac`` and, with gamma, ``router/shift_ratio_mean``
-        (mean gamma before the floor) and ``router/shift_clipfrac`` (fraction of tokens with
-        gamma < gamma_min); with a correction, ``rollout_corr/weight_mean`` and
-        ``rollout_corr/zeroed_frac`` (tokens the mask modes left out).
+        ``actor/ppo_kl`` (on the raw ratio, before RS) and ``actor/pg_clipfrac``. The router-shift
+        and correction diagnostics are their own functions' (``router_shift_metrics``,
+        ``correction_metrics``).
     """
     if algo not in POLICY_LOSSES:
         raise ValueError(f"algo: unknown policy loss {algo!r}; choose one of {sorted(POLICY_LOSSES)}")
     if log_prob.dim() != 2:
         raise ValueError(f"log_prob: expected shape (B, T), got {tuple(log_prob.shape)}")
     shape = log_prob.shape
-    for name, t in (("old_log_prob", old_log_prob), ("response_mask", response_mask)):
-        if t.shape != shape:
+    for name, t in (
+        ("old_log_prob", old_log_prob),
+        ("response_mask", response_mask),
+        ("log_gamma", log_gamma),
+        ("weight", weight),
+    ):
+        if t is not None and t.shape != shape:
             raise ValueError(f"{name}: shape {tuple(t.shape)} does not match log_prob {tuple(shape)}")
-    if gamma is not None and gamma.shape != shape:
-        raise ValueError(f"gamma: shape {tuple(gamma.shape)} does not match log_prob {tuple(shape)}")
     if advantages.shape == shape[:1]:
         adv_tok = advantages.unsqueeze(1).expand(shape)  # (B,) -> (B, T)
     elif advantages.shape == shape:
         adv_tok = advantages
     else:
         raise ValueError(f"advantages: expected shape ({shape[0]},) or {tuple(shape)}, got {tuple(advantages.shape)}")
-    gamma_min = check_gamma_min(float(gamma_min))  # ConfigError is a ValueError
-    default_low, default_high = DEFAULT_CLIP[algo]
-    clip_low = default_low if clip_low is None else float(clip_low)
-    clip_high = default_high if clip_high is None else float(clip_high)
+    low, high = (None, None) if clip is None else clip
+    clip_low = DEFAULT_CLIP[algo][0] if low is None else float(low)
+    clip_high = DEFAULT_CLIP[algo][1] if high is None else float(high)
     if clip_low < 0 or clip_high < 0:
-        raise ValueError(f"clip_low/clip_high: must be >= 0, got ({clip_low}, {clip_high})")
+        raise ValueError(f"clip: must be >= 0, got ({clip_low}, {clip_high})")
 
     mask = response_mask.bool()
     if not bool(mask.any()):
@@ -320,26 +303,27 @@ def compute_policy_loss(
     log_w = torch.where(mask, log_prob - old_log_prob.detach(), zero)  # (B, T) Eq. (10, token_ratio)
     adv_tok = torch.where(mask, adv_tok.detach().to(log_prob.dtype), zero)
     metrics: dict[str, float] = {"actor/ppo_kl": masked_mean(-log_w.detach(), mask).item()}
-
-    if gamma is not None:
-        log_gamma = router_shift_log_weight(gamma, mask, gamma_min, stop_gradient, log_prob.dtype)
+    if log_gamma is not None:
         log_w = log_w + log_gamma  # log w_tilde = log w + log gamma_tilde     Eq. (11, adjusted_ratio)
-        metrics.update(router_shift_stats(router_shift_sums(gamma, mask, gamma_min)))
-
-    omega = torch.ones_like(log_w)
-    if correction != "none":
-        if engine_log_prob is None or engine_log_prob.shape != shape:
-            raise ValueError(f"correction {correction!r}: needs engine_log_prob of shape {tuple(shape)}")
-        _check_finite("engine_log_prob", engine_log_prob, mask)
-        omega = rollout_correction(correction, old_log_prob, engine_log_prob, mask, correction_low, correction_high).to(
-            log_prob.dtype
-        )
-        metrics["rollout_corr/weight_mean"] = masked_mean(omega, mask).item()
-        metrics["rollout_corr/zeroed_frac"] = masked_mean((omega == 0).float(), mask).item()
+    omega = torch.ones_like(log_w) if weight is None else weight
     loss, clipfrac = POLICY_LOSSES[algo](log_w, adv_tok, mask, clip_low, clip_high, omega)
     metrics["actor/pg_loss"] = loss.item()
     metrics["actor/pg_clipfrac"] = clipfrac.item()
     return loss, metrics
+
+
+def router_shift_metrics(gamma: Tensor, mask: Tensor, gamma_min: float) -> dict[str, float]:
+    """``router/shift_ratio_mean`` and ``router/shift_clipfrac`` of gamma (RS on or off)."""
+    return router_shift_stats(router_shift_sums(gamma, mask.bool(), gamma_min))
+
+
+def correction_metrics(omega: Tensor, mask: Tensor) -> dict[str, float]:
+    """``rollout_corr/weight_mean`` and ``rollout_corr/zeroed_frac`` (the tokens a mask mode left out)."""
+    mask = mask.bool()
+    return {
+        "rollout_corr/weight_mean": masked_mean(omega, mask).item(),
+        "rollout_corr/zeroed_frac": masked_mean((omega == 0).float(), mask).item(),
+    }
 
 
 def rollout_correction(
@@ -350,6 +334,10 @@ def rollout_correction(
     if mode not in CORRECTIONS:
         raise ValueError(f"rollout correction: unknown mode {mode!r}; choose one of {list(CORRECTIONS)}")
     mask = mask.bool()
+    if mode != "none":
+        if engine_log_prob is None or engine_log_prob.shape != old_log_prob.shape:
+            raise ValueError(f"correction {mode!r}: needs engine_log_prob of shape {tuple(old_log_prob.shape)}")
+        _check_finite("engine_log_prob", engine_log_prob, mask)
     dtype = torch.promote_types(old_log_prob.dtype, torch.float32)  # at least fp32
     if mode == "none":
         return torch.ones(old_log_prob.shape, dtype=dtype, device=old_log_prob.device)

@@ -159,13 +159,12 @@ def test_gamma_min_out_of_range_is_one_clear_error(value):
     assert check_gamma_min(1) == 1.0 and check_gamma_min(0.8) == 0.8
 
 
-def test_the_loss_refuses_gamma_min_with_the_same_check():
+def test_the_router_shift_term_refuses_gamma_min_with_the_same_check():
     torch = pytest.importorskip("torch")
-    from rspo.losses import compute_policy_loss
+    from rspo.losses import router_shift_log_weight
 
-    lp = torch.zeros(2, 3)
     with pytest.raises(ValueError, match=r"^gamma_min: must lie in \(0, 1\], got 1.5"):
-        compute_policy_loss("gmpo", lp, lp, torch.zeros(2), torch.ones(2, 3), gamma=torch.ones(2, 3), gamma_min=1.5)
+        router_shift_log_weight(torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool), gamma_min=1.5)
 
 
 def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():

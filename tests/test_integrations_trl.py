@@ -26,7 +26,12 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.experimental.gmpo import GMPOConfig, GMPOTrainer  # noqa: E402
 
 from rspo.integrations.trl import RSGRPOConfig, RSGRPOTrainer, RSPOConfig, RSPOTrainer  # noqa: E402
-from rspo.losses import compute_policy_loss  # noqa: E402
+from rspo.losses import (  # noqa: E402
+    compute_policy_loss,
+    rollout_correction,
+    router_shift_log_weight,
+    router_shift_metrics,
+)
 from rspo.router import OldRouterCache, capture_router_logits, router_shift_ratio, router_spec  # noqa: E402
 from rspo.tokenizer import build_tokenizer  # noqa: E402
 
@@ -164,19 +169,24 @@ def reference(model, batch: dict, old_logits, old_logps, algo, eps, eps_high, ga
         [lg.reshape(B * C, -1) for lg in old_logits], router_spec(model).top_k, (B, C), indices_list=None
     )
     gamma = router_shift_ratio(cache, new)
+    mask = batch["completion_mask"].bool()
+    log_gamma = router_shift_log_weight(gamma, mask, gamma_min, stop_gradient, logp.dtype)
+    weight = None
+    if correction:
+        weight = rollout_correction(
+            correction["correction"], old_logps, correction["engine_log_prob"], mask, high=correction["correction_high"]
+        ).to(logp.dtype)
     loss, metrics = compute_policy_loss(
         algo,
         logp,
         old_logps,
         batch["advantages"],
         batch["completion_mask"],
-        gamma=gamma,
-        gamma_min=gamma_min,
-        stop_gradient=stop_gradient,
-        clip_low=eps,
-        clip_high=eps_high,
-        **correction,
+        log_gamma=log_gamma,
+        weight=weight,
+        clip=(eps, eps_high),
     )
+    metrics.update(router_shift_metrics(gamma, mask, gamma_min))
     return loss, metrics, gamma
 
 

@@ -10,7 +10,11 @@ from rspo.losses import (
     POLICY_LOSSES,
     NonFiniteLogProbError,
     compute_policy_loss,
+    correction_metrics,
     group_advantages,
+    rollout_correction,
+    router_shift_log_weight,
+    router_shift_metrics,
 )
 
 ALGOS = ("grpo", "gspo", "gmpo")
@@ -18,6 +22,44 @@ ALGOS = ("grpo", "gspo", "gmpo")
 
 def _t(rows, dtype=torch.float64):
     return torch.tensor(rows, dtype=dtype)
+
+
+def rs_loss(
+    algo,
+    log_prob,
+    old,
+    adv,
+    mask,
+    *,
+    gamma=None,
+    gamma_min=0.8,
+    stop_gradient=True,
+    clip_low=None,
+    clip_high=None,
+    engine_log_prob=None,
+    correction="none",
+    correction_low=0.5,
+    correction_high=2.0,
+):
+    """The policy loss with RS and a rollout correction as the trainer's micro-batch forms it
+    (rspo.train.update.micro_batch_loss): log gamma_tilde and omega from their own functions, the
+    loss from compute_policy_loss, the diagnostics from theirs. (That the trainer's composition
+    gives the same numbers is checked bit for bit on whole runs; these tests check the functions.)"""
+    log_gamma = (
+        None if gamma is None else router_shift_log_weight(gamma, mask.bool(), gamma_min, stop_gradient, log_prob.dtype)
+    )
+    weight = None
+    if correction != "none":
+        weight = rollout_correction(correction, old, engine_log_prob, mask, correction_low, correction_high)
+        weight = weight.to(log_prob.dtype)
+    loss, m = compute_policy_loss(
+        algo, log_prob, old, adv, mask, log_gamma=log_gamma, weight=weight, clip=(clip_low, clip_high)
+    )
+    if gamma is not None:
+        m.update(router_shift_metrics(gamma, mask, gamma_min))
+    if weight is not None:
+        m.update(correction_metrics(weight, mask))
+    return loss, m
 
 
 # ----------------------------------------------------------------------------- hand-computed
@@ -34,7 +76,7 @@ def grpo_case():
 
 def test_grpo_hand_computed():
     log_prob, old, adv, mask = grpo_case()
-    loss, m = compute_policy_loss("grpo", log_prob, old, adv, mask)
+    loss, m = rs_loss("grpo", log_prob, old, adv, mask)
     # resp 0: t0 -min(1.5, clip=1.2) = -1.2 ; t1 -min(0.9, 0.9) = -0.9 ; mean -1.05
     # resp 1: t0 A=-1: -min(-0.7, -clip(0.7)=-0.8) = 0.8 ; mean 0.8
     # loss = (-1.05 + 0.8) / 2 = -0.125
@@ -50,7 +92,7 @@ def test_grpo_hand_computed():
 def test_grpo_with_router_shift_hand_computed():
     log_prob, old, adv, mask = grpo_case()
     gamma = _t([[0.9, 0.5], [1.0, 0.123]])  # last entry is padding, ignored
-    loss, m = compute_policy_loss("grpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
+    loss, m = rs_loss("grpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
     # floored gamma: (0.9, 0.8), (1.0) -> w_tilde: (1.35, 0.72), (0.7)
     # resp 0: -min(1.35, 1.2) = -1.2 ; -min(0.72, 0.8) = -0.72 ; mean -0.96
     # resp 1: 0.8 as before ; loss = (-0.96 + 0.8) / 2 = -0.08
@@ -74,7 +116,7 @@ def gspo_case():
 
 def test_gspo_hand_computed():
     log_prob, old, adv, mask = gspo_case()
-    loss, m = compute_policy_loss("gspo", log_prob, old, adv, mask)
+    loss, m = rs_loss("gspo", log_prob, old, adv, mask)
     # resp 0: s = exp((0.1 - 0.05)/2) = exp(0.025) = 1.02532 > 1 + 4e-4 -> -min(s, 1.0004) = -1.0004
     # resp 1: s = exp(-0.001) = 0.9990005, A=-1 -> max(s, clip(s)=0.9997) = 0.9997
     expected = (-1.0004 + 0.9997) / 2
@@ -85,7 +127,7 @@ def test_gspo_hand_computed():
 def test_gspo_with_router_shift_applies_per_token_before_geometric_mean():
     log_prob, old, adv, mask = gspo_case()
     gamma = _t([[0.9, 1.0], [1.0, 1.0]])
-    loss, m = compute_policy_loss("gspo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
+    loss, m = rs_loss("gspo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
     # resp 0: mean(0.1 + log 0.9, -0.05) = (0.1 - 0.1053605 - 0.05)/2 = -0.02768 -> s = 0.97270, inside
     # the band from below? no: 0.9727 < 1 - 3e-4, A=+1 -> -min(s, clip(s)) = -s (unclipped side)
     s0 = math.exp((0.1 + math.log(0.9) - 0.05) / 2)
@@ -104,7 +146,7 @@ def gmpo_case():
 
 def test_gmpo_hand_computed_sign_aware_clip():
     log_prob, old, adv, mask = gmpo_case()
-    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask)
+    loss, m = rs_loss("gmpo", log_prob, old, adv, mask)
     # resp 0, A=+1: only the upper side is clipped: (0.4, -0.6) -> mean -0.1 -> loss -exp(-0.1)
     # resp 1, A=-1: only the lower side is clipped: (0.5, -0.4) -> mean 0.05 -> loss +exp(0.05)
     expected = (-math.exp(-0.1) + math.exp(0.05)) / 2
@@ -115,7 +157,7 @@ def test_gmpo_hand_computed_sign_aware_clip():
 def test_gmpo_with_router_shift_hand_computed():
     log_prob, old, adv, mask = gmpo_case()
     gamma = _t([[0.5, 1.0], [1.0, 1.0]])
-    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
+    loss, m = rs_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=0.8)
     # resp 0: 0.5 + log(max(0.5, 0.8)) = 0.5 - 0.2231436 = 0.2768564 < 0.4, no clip
     #         mean(0.2768564, -0.6) = -0.1615718 -> loss -exp(-0.1615718)
     # resp 1: unchanged, +exp(0.05)
@@ -150,8 +192,8 @@ def test_router_shift_of_ones_equals_no_rs(algo):
     log_prob, old, adv, mask, _ = random_batch()
     lp1 = log_prob.clone().requires_grad_(True)
     lp2 = log_prob.clone().requires_grad_(True)
-    loss1, m1 = compute_policy_loss(algo, lp1, old, adv, mask)
-    loss2, m2 = compute_policy_loss(algo, lp2, old, adv, mask, gamma=torch.ones_like(log_prob))
+    loss1, m1 = rs_loss(algo, lp1, old, adv, mask)
+    loss2, m2 = rs_loss(algo, lp2, old, adv, mask, gamma=torch.ones_like(log_prob))
     loss1.backward()
     loss2.backward()
     assert loss1.item() == pytest.approx(loss2.item(), abs=1e-14)
@@ -164,7 +206,7 @@ def test_router_shift_of_ones_equals_no_rs(algo):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_on_policy_ratios_are_one_and_nothing_is_clipped(algo):
     _, old, adv, mask, _ = random_batch()
-    loss, m = compute_policy_loss(algo, old.clone(), old, adv, mask)
+    loss, m = rs_loss(algo, old.clone(), old, adv, mask)
     assert m["actor/ppo_kl"] == 0.0
     assert m["actor/pg_clipfrac"] == 0.0
     # every ratio is 1, so every per-response loss is -A_i; the loss is the mean of -A over responses
@@ -176,8 +218,8 @@ def test_gspo_with_one_token_per_response_equals_grpo():
     mask = torch.ones_like(log_prob)
     lp1 = log_prob.clone().requires_grad_(True)
     lp2 = log_prob.clone().requires_grad_(True)
-    l_grpo, m_grpo = compute_policy_loss("grpo", lp1, old, adv, mask, clip_low=0.1, clip_high=0.15)
-    l_gspo, m_gspo = compute_policy_loss("gspo", lp2, old, adv, mask, clip_low=0.1, clip_high=0.15)
+    l_grpo, m_grpo = rs_loss("grpo", lp1, old, adv, mask, clip_low=0.1, clip_high=0.15)
+    l_gspo, m_gspo = rs_loss("gspo", lp2, old, adv, mask, clip_low=0.1, clip_high=0.15)
     l_grpo.backward()
     l_gspo.backward()
     assert l_grpo.item() == pytest.approx(l_gspo.item(), abs=1e-12)
@@ -195,7 +237,7 @@ def test_gradient_matches_finite_differences(algo, with_rs):
     x = log_prob.clone().requires_grad_(True)
 
     def f(lp):
-        return compute_policy_loss(algo, lp, old, adv, mask, gamma=rs, clip_low=clip[0], clip_high=clip[1])[0]
+        return rs_loss(algo, lp, old, adv, mask, gamma=rs, clip_low=clip[0], clip_high=clip[1])[0]
 
     assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-6)
 
@@ -205,7 +247,7 @@ def test_stop_gradient_controls_the_gamma_graph(algo):
     log_prob, old, adv, mask, gamma = random_batch(seed=5)
     gamma = (gamma * 0.2 + 0.8).clamp(max=1.0)  # in [0.9, 1): above gamma_min, so max() passes its grad
     g_sg = gamma.clone().requires_grad_(True)
-    loss, _ = compute_policy_loss(
+    loss, _ = rs_loss(
         algo,
         log_prob.clone().requires_grad_(True),
         old,
@@ -220,7 +262,7 @@ def test_stop_gradient_controls_the_gamma_graph(algo):
     assert g_sg.grad is None
 
     g_nosg = gamma.clone().requires_grad_(True)
-    loss, _ = compute_policy_loss(
+    loss, _ = rs_loss(
         algo,
         log_prob.clone().requires_grad_(True),
         old,
@@ -240,7 +282,7 @@ def test_stop_gradient_controls_the_gamma_graph(algo):
 def test_floor_blocks_gamma_gradient_below_gamma_min():
     log_prob, old, adv, mask, _ = random_batch(seed=6)
     gamma = torch.full_like(log_prob, 0.5, requires_grad=True)  # all below the 0.8 floor
-    loss, _ = compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, stop_gradient=False)
+    loss, _ = rs_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, stop_gradient=False)
     loss.backward()
     assert gamma.grad.abs().sum() == 0
 
@@ -248,8 +290,8 @@ def test_floor_blocks_gamma_gradient_below_gamma_min():
 @pytest.mark.parametrize("algo", ALGOS)
 def test_token_advantages_equal_response_advantages_when_constant(algo):
     log_prob, old, adv, mask, gamma = random_batch(seed=7)
-    l1, _ = compute_policy_loss(algo, log_prob, old, adv, mask, gamma=gamma)
-    l2, _ = compute_policy_loss(algo, log_prob, old, adv[:, None].expand_as(log_prob).clone(), mask, gamma=gamma)
+    l1, _ = rs_loss(algo, log_prob, old, adv, mask, gamma=gamma)
+    l2, _ = rs_loss(algo, log_prob, old, adv[:, None].expand_as(log_prob).clone(), mask, gamma=gamma)
     assert l1.item() == pytest.approx(l2.item(), abs=1e-12)
 
 
@@ -262,8 +304,8 @@ def test_padding_content_is_ignored(algo):
     g2 = gamma.masked_fill(pad, 7.0)  # out of range, but padding
     x1 = log_prob.clone().requires_grad_(True)
     x2 = lp2.clone().requires_grad_(True)
-    l1, m1 = compute_policy_loss(algo, x1, old, adv, mask, gamma=gamma)
-    l2, m2 = compute_policy_loss(algo, x2, old2, adv, mask, gamma=g2)
+    l1, m1 = rs_loss(algo, x1, old, adv, mask, gamma=gamma)
+    l2, m2 = rs_loss(algo, x2, old2, adv, mask, gamma=g2)
     l1.backward()
     l2.backward()
     assert l1.item() == pytest.approx(l2.item(), abs=1e-12)
@@ -275,16 +317,16 @@ def test_padding_content_is_ignored(algo):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_empty_responses_are_excluded_from_the_mean(algo):
     log_prob, old, adv, mask, _ = random_batch(seed=9, B=4)
-    l_ref, _ = compute_policy_loss(algo, log_prob[:3], old[:3], adv[:3], mask[:3])
+    l_ref, _ = rs_loss(algo, log_prob[:3], old[:3], adv[:3], mask[:3])
     mask4 = mask.clone()
     mask4[3] = 0
-    l4, _ = compute_policy_loss(algo, log_prob, old, adv, mask4)
+    l4, _ = rs_loss(algo, log_prob, old, adv, mask4)
     assert l4.item() == pytest.approx(l_ref.item(), abs=1e-12)
 
 
 def test_float32_inputs_work_and_metrics_are_floats():
     log_prob, old, adv, mask, gamma = random_batch(dtype=torch.float32)
-    loss, m = compute_policy_loss("gmpo", log_prob, old, adv, mask.bool(), gamma=gamma)
+    loss, m = rs_loss("gmpo", log_prob, old, adv, mask.bool(), gamma=gamma)
     assert loss.dtype == torch.float32
     assert all(isinstance(v, float) for v in m.values())
     assert set(m) == {
@@ -298,39 +340,53 @@ def test_float32_inputs_work_and_metrics_are_floats():
 
 def test_grpo_guard_keeps_extreme_ratio_finite():
     log_prob = _t([[200.0, 0.0]])
-    loss, m = compute_policy_loss("grpo", log_prob, torch.zeros_like(log_prob), _t([-1.0]), torch.ones_like(log_prob))
+    loss, m = rs_loss("grpo", log_prob, torch.zeros_like(log_prob), _t([-1.0]), torch.ones_like(log_prob))
     assert math.isfinite(loss.item())
 
 
 # ----------------------------------------------------------------------------- errors
 
 
+def test_the_loss_takes_its_weights_by_keyword_only():
+    """Past the five tensors every argument is a keyword: the router-shift term and the correction's
+    weight arrive computed (log gamma_tilde, omega), never as positional arguments to mix up."""
+    log_prob, old, adv, mask, gamma = random_batch()
+    with pytest.raises(TypeError):
+        compute_policy_loss("gmpo", log_prob, old, adv, mask, torch.zeros_like(log_prob))
+    log_gamma = router_shift_log_weight(gamma, mask.bool(), 0.8)
+    a, _ = compute_policy_loss("gmpo", log_prob, old, adv, mask, log_gamma=log_gamma)
+    b, _ = compute_policy_loss("gmpo", log_prob + log_gamma, old, adv, mask)  # the term is added to the log-ratio
+    assert float(a) == pytest.approx(float(b), rel=1e-12)
+    with pytest.raises(ValueError, match="^weight: shape"):
+        compute_policy_loss("gmpo", log_prob, old, adv, mask, weight=torch.ones_like(log_prob)[:, :2])
+
+
 def test_errors_name_the_argument():
     log_prob, old, adv, mask, gamma = random_batch()
     with pytest.raises(ValueError, match="algo"):
-        compute_policy_loss("ppo", log_prob, old, adv, mask)
+        rs_loss("ppo", log_prob, old, adv, mask)
     with pytest.raises(ValueError, match="old_log_prob"):
-        compute_policy_loss("grpo", log_prob, old[:, :3], adv, mask)
+        rs_loss("grpo", log_prob, old[:, :3], adv, mask)
     with pytest.raises(ValueError, match="response_mask"):
-        compute_policy_loss("grpo", log_prob, old, adv, mask[:2])
+        rs_loss("grpo", log_prob, old, adv, mask[:2])
     with pytest.raises(ValueError, match="advantages"):
-        compute_policy_loss("grpo", log_prob, old, adv[:2], mask)
+        rs_loss("grpo", log_prob, old, adv[:2], mask)
     with pytest.raises(ValueError, match="^gamma: shape"):
-        compute_policy_loss("grpo", log_prob, old, adv, mask, gamma=gamma[:, :2])
+        rs_loss("grpo", log_prob, old, adv, mask, gamma=gamma[:, :2])
     with pytest.raises(ValueError, match="log_prob"):
-        compute_policy_loss("grpo", log_prob[0], old[0], adv, mask[0])
+        rs_loss("grpo", log_prob[0], old[0], adv, mask[0])
     for bad in (0.0, -0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="gamma_min"):
-            compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=bad)
+            rs_loss("gmpo", log_prob, old, adv, mask, gamma=gamma, gamma_min=bad)
     for bad_value in (0.0, 1.01, -0.5):
         g = gamma.clone()
         g[0, 0] = bad_value
         with pytest.raises(ValueError, match=r"^gamma: must lie in \(0, 1\]"):
-            compute_policy_loss("gmpo", log_prob, old, adv, mask, gamma=g)
+            rs_loss("gmpo", log_prob, old, adv, mask, gamma=g)
     with pytest.raises(ValueError, match="response_mask"):
-        compute_policy_loss("gmpo", log_prob, old, adv, torch.zeros_like(mask))
+        rs_loss("gmpo", log_prob, old, adv, torch.zeros_like(mask))
     with pytest.raises(ValueError, match="clip"):
-        compute_policy_loss("grpo", log_prob, old, adv, mask, clip_low=-0.1)
+        compute_policy_loss("grpo", log_prob, old, adv, mask, clip=(-0.1, None))
 
 
 @pytest.mark.parametrize("name", ["log_prob", "old_log_prob"])
@@ -339,10 +395,10 @@ def test_nonfinite_log_probs_are_reported(name):
     args = {"log_prob": log_prob.clone(), "old_log_prob": old.clone()}
     args[name][0, 0] = float("nan")
     with pytest.raises(NonFiniteLogProbError, match=name):
-        compute_policy_loss("gmpo", args["log_prob"], args["old_log_prob"], adv, mask)
+        rs_loss("gmpo", args["log_prob"], args["old_log_prob"], adv, mask)
     args[name][0, 0] = float("inf")
     with pytest.raises(NonFiniteLogProbError, match=name):
-        compute_policy_loss("grpo", args["log_prob"], args["old_log_prob"], adv, mask)
+        rs_loss("grpo", args["log_prob"], args["old_log_prob"], adv, mask)
 
 
 # ----------------------------------------------------------------------------- advantages
@@ -465,7 +521,7 @@ def test_rollout_corrections_equal_their_hand_written_references(algo, mode):
     clip_low, clip_high = DEFAULT_CLIP[algo]
     gamma = torch.where(mask, torch.tensor(0.9, dtype=torch.float64), torch.ones((), dtype=torch.float64))
     gamma[0, :2] = 0.7  # below gamma_min: floored
-    loss, m = compute_policy_loss(
+    loss, m = rs_loss(
         algo,
         new,
         old,
@@ -489,11 +545,11 @@ def test_rollout_corrections_equal_their_hand_written_references(algo, mode):
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "gmpo"])
 def test_no_correction_is_the_plain_loss_bit_for_bit(algo):
     new, old, engine, adv, mask = _ragged()
-    a, _ = compute_policy_loss(algo, new, old, adv, mask)
-    b, _ = compute_policy_loss(algo, new, old, adv, mask, engine_log_prob=engine, correction="none")
+    a, _ = rs_loss(algo, new, old, adv, mask)
+    b, _ = rs_loss(algo, new, old, adv, mask, engine_log_prob=engine, correction="none")
     assert torch.equal(a, b)
     with pytest.raises(ValueError, match="needs engine_log_prob"):
-        compute_policy_loss(algo, new, old, adv, mask, correction="token_truncate")
+        rs_loss(algo, new, old, adv, mask, correction="token_truncate")
 
 
 def test_mismatch_metrics_hand_computed():

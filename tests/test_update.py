@@ -15,7 +15,7 @@ import torch
 from router_reference import shift_ratio
 
 from rspo.config import AlgorithmConfig
-from rspo.losses import compute_policy_loss, seq_mean_token_mean
+from rspo.losses import compute_policy_loss, router_shift_log_weight, router_shift_metrics, seq_mean_token_mean
 from rspo.models import load_balancing_loss
 from rspo.rollout import RolloutBatch
 from rspo.router import OldRouterCache
@@ -69,17 +69,19 @@ def test_gamma_reaches_the_loss_at_the_positions_that_predict_the_response(algo)
     loss, m = micro_batch_loss(cfg, K, st, torch.arange(B), out, LO, T)
     gamma = reference_gamma(old_logits, new_logits)
     assert gamma.min() < 0.9  # the routers moved: a misplaced gamma changes the loss
-    want, want_m = compute_policy_loss(
-        algo, out.logp, st.old_logp, st.adv, st.batch.response_mask, gamma=gamma, gamma_min=0.5
+    mask = st.batch.response_mask
+    want, _ = compute_policy_loss(
+        algo, out.logp, st.old_logp, st.adv, mask, log_gamma=router_shift_log_weight(gamma, mask.bool(), 0.5)
     )
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
+    want_m = router_shift_metrics(gamma, mask, 0.5)
     assert m["router/shift_ratio_mean"] == pytest.approx(want_m["router/shift_ratio_mean"], rel=1e-5)
     # gamma taken one position late (the positions of the response tokens themselves) is another loss
     late = shift_ratio(
         [o.view(B, T, E)[:, LO:].reshape(-1, E) for o in old_logits], [n.detach() for n in new_logits], K
     ).view(B, T - LO)[:, P - LO : P - LO + R]
     wrong, _ = compute_policy_loss(
-        algo, out.logp, st.old_logp, st.adv, st.batch.response_mask, gamma=late, gamma_min=0.5
+        algo, out.logp, st.old_logp, st.adv, mask, log_gamma=router_shift_log_weight(late, mask.bool(), 0.5)
     )
     assert not torch.allclose(wrong, want, rtol=1e-4, atol=1e-6)
 

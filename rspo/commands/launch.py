@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rspo.cli import COMMANDS
-
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
@@ -48,11 +46,15 @@ def exit_code(failures: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    at = next((i for i, a in enumerate(argv) if a in COMMANDS), len(argv))
-    args = build_parser().parse_args(argv[:at])  # our options only: the command's are not read here
+    parser = build_parser()
+    at = 0  # our options (and their values) come first; the command is the first word after them
+    while at < len(argv) and argv[at].startswith("-"):
+        action = parser._option_string_actions.get(argv[at])
+        at += 2 if action is not None and action.nargs is None else 1  # an option with a value: both words
+    args = parser.parse_args(argv[:at])  # our options only: the command's are not read here
     command = argv[at:]
     if not command:
-        print(f"rspo launch: name the command to run after the options; one of {', '.join(COMMANDS)}", file=sys.stderr)
+        print("rspo launch: name the rspo command to run after the options (e.g. train ...)", file=sys.stderr)
         return 2
     if args.processes < 1:
         print(f"rspo launch: --processes must be >= 1, got {args.processes}", file=sys.stderr)

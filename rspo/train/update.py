@@ -30,8 +30,10 @@ from rspo.gpu_memory.phases import return_cached_blocks
 from rspo.losses import (
     NonFiniteLogProbError,
     compute_policy_loss,
-    router_shift_stats,
-    router_shift_sums,
+    correction_metrics,
+    rollout_correction,
+    router_shift_log_weight,
+    router_shift_metrics,
     seq_mean_token_mean,
 )
 from rspo.models import load_balancing_loss, response_slice
@@ -75,25 +77,23 @@ def micro_batch_loss(
         with torch.set_grad_enabled(keep_graph):
             gamma_full = router_shift_ratio(st.cache[rows, lo:hi], out.router_logits)  # (b, hi - lo)
         gamma = response_slice(gamma_full, P - lo)  # (b, r)
-    engine = batch.engine_logp
+    old = st.old_logp[rows, :r]
+    log_gamma = weight = None
+    if algo.router_shift:  # sg(max(gamma, gamma_min)), Eq. 9, enters the log-ratio inside the clip (Eq. 11)
+        log_gamma = router_shift_log_weight(gamma, mask.bool(), algo.gamma_min, algo.stop_gradient, out.logp.dtype)
+    if algo.rollout_correction != "none":  # omega, outside the clip (beyond the paper; rspo.losses)
+        engine = batch.engine_logp[rows, :r].to(out.logp.device) if batch.engine_logp is not None else None
+        weight = rollout_correction(
+            algo.rollout_correction, old, engine, mask, algo.rollout_correction_low, algo.rollout_correction_high
+        ).to(out.logp.dtype)
+    clip = (algo.clip_low, algo.clip_high)
     loss, m = compute_policy_loss(
-        algo.algo,
-        out.logp,
-        st.old_logp[rows, :r],
-        st.adv[rows],
-        mask,
-        gamma=gamma if algo.router_shift else None,
-        gamma_min=algo.gamma_min,
-        stop_gradient=algo.stop_gradient,
-        clip_low=algo.clip_low,
-        clip_high=algo.clip_high,
-        engine_log_prob=None if engine is None else engine[rows, :r].to(out.logp.device),
-        correction=algo.rollout_correction,
-        correction_low=algo.rollout_correction_low,
-        correction_high=algo.rollout_correction_high,
+        algo.algo, out.logp, old, st.adv[rows], mask, log_gamma=log_gamma, weight=weight, clip=clip
     )
-    if gamma is not None and not algo.router_shift:  # diagnostics for every run, as in the loss
-        m.update(router_shift_stats(router_shift_sums(gamma, mask.bool(), algo.gamma_min)))
+    if gamma is not None:  # the router diagnostics of every run, RS or not
+        m.update(router_shift_metrics(gamma, mask, algo.gamma_min))
+    if weight is not None:
+        m.update(correction_metrics(weight, mask))
     if algo.entropy_coef > 0:  # a mean over responses like the policy loss, so micro-batching is exact
         loss = loss - algo.entropy_coef * seq_mean_token_mean(out.entropy, mask.bool())
     if algo.router_aux_loss_coef > 0:
