@@ -209,11 +209,6 @@ def read_manifest(archive: str | Path, preset: dict[str, Any] | None = None) -> 
     return m
 
 
-def missing_runs(manifest: dict[str, Any], runs: list[str]) -> list[str]:
-    have = set(manifest["runs"])
-    return [r for r in runs if r not in have]
-
-
 CHUNK = 1 << 20  # bytes read from a member at a time: memory is bounded by this, not by the bundle
 
 

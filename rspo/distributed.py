@@ -109,15 +109,6 @@ class Dist:
                 tdist.all_reduce(t, op=tdist.ReduceOp.SUM)
         return t
 
-    def all_gather_cat(self, t: torch.Tensor, dim: int = 0) -> torch.Tensor:
-        """Concatenate equally shaped tensors of all ranks along ``dim`` (rank order)."""
-        if not self.enabled:
-            return t
-        src = t.to(_collective_device()).contiguous()  # NCCL gathers CUDA tensors only
-        parts = [torch.empty_like(src) for _ in range(self.world_size)]
-        tdist.all_gather(parts, src)
-        return torch.cat(parts, dim=dim).to(t.device)
-
     def barrier(self) -> None:
         if self.enabled:
             tdist.barrier()

@@ -77,7 +77,6 @@ from rspo.chat import HAND_TEMPLATES, PromptFormat
 from rspo.evaluate import benchmarks as B
 from rspo.evaluate.decoding import Decoding, GenerateFn, generate, run_scores
 from rspo.evaluate.evalplus_scoring import evalplus_ground_truth, score_evalplus  # noqa: F401 (re-exported)
-from rspo.jsonl import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -427,20 +426,3 @@ def evaluate_code(
         "data": sources,
     }
     return _finish(results, examples, config)
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers for the evaluate CLI
-# ---------------------------------------------------------------------------------------------
-def run_math_eval(generate_fn: GenerateFn, out_json: str | os.PathLike, **kwargs: Any) -> dict:
-    """``evaluate_math`` + write the result JSON; returns the result."""
-    res = evaluate_math(generate_fn, **kwargs)
-    write_json_atomic(res, out_json)
-    return res
-
-
-def run_code_eval(generate_fn: GenerateFn, out_json: str | os.PathLike, **kwargs: Any) -> dict:
-    """``evaluate_code`` + write the result JSON; returns the result."""
-    res = evaluate_code(generate_fn, **kwargs)
-    write_json_atomic(res, out_json)
-    return res
