@@ -6,7 +6,7 @@ on this node, under torchrun (what the train rule runs when resources.train.proc
 Two things plain ``torchrun ... -m rspo <command>`` does not do:
 
 - The command's arguments never reach torchrun's parser. torchrun's argparse reads every argument
-  for its own options' prefixes, also those after the script (``--run`` was once read as its
+  for its own options' prefixes, also those after the script (it would read ``--run`` as its
   ``--run-path``); here only ``--standalone --nproc-per-node N -m rspo`` is parsed by it and the
   command's arguments are handed to the ranks as they are.
 - A time-limit stop reaches the scheduler as itself. torchrun exits 1 whenever a rank exits with a

@@ -44,8 +44,8 @@ Code:
   outputs on the base and plus inputs come from one sandboxed call session and are compared in the
   trusted evaluator with evalplus's ``unsafe_execute`` semantics (atol/``np.allclose``, special
   oracles, per-input time limits, stop at the first failure). An item passes iff base and plus both
-  pass (the "+" score). evalplus's ``check_correctness``, whose subprocess runs the solution
-  unsandboxed AND compares, is no longer used.
+  pass (the "+" score). evalplus's ``check_correctness`` is not used: its subprocess runs the
+  solution unsandboxed AND compares.
 - LiveCodeBench: ``rspo.rewards.code.score_batch`` with the public + private tests (stdin or
   functional); a problem passes iff every test passes (reward 1.0). The sandbox returns each case's
   stdout or the JSON text of the return value; the comparison with the expected output (never in the

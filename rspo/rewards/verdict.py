@@ -48,8 +48,8 @@ Paths:
   oracles: are_equivalent, sum_div, surface_Area, digit_distance_nums, set-equal and
   not-None tasks; HumanEval ``find_zero`` through ``_poly``); per-input time limit
   max(min_time_limit, factor x reference time) as evalplus, stop at the first failure
-  (fast_check). evalplus's own subprocess (which runs the solution, unsandboxed, AND
-  compares) is no longer used.
+  (fast_check). evalplus's own subprocess is not used: it runs the solution, unsandboxed, AND
+  compares.
 - LiveCodeBench and the training rewards (rspo.rewards.code kinds "stdin"/"functional")
   already decide in the parent: the sandbox returns the case's stdout or the JSON text of
   the return value, and the parent compares it with the expected output, which never
