@@ -45,8 +45,7 @@ $(STAMP): pyproject.toml
 # transformers>=5.16.1,<5.20. It also pulls torchvision, torchaudio and torchcodec built for
 # another torch: their compiled ops do not load against the CPU torch and transformers' MoE
 # imports then fail ("operator torchvision::nms does not exist"); nothing here needs them, so
-# they are removed. rspo's own requirements then move numpy to 2.4 (snakemake's slurm plugin
-# needs >= 2.4.5; mistral_common, unused here, asks for < 2.4).
+# they are removed.
 venv-vllm: $(VSTAMP)
 
 $(VSTAMP): pyproject.toml

@@ -310,3 +310,19 @@ def test_docs_architecture_lists_the_floors_of_this_file():
     rows = [line for line in block.group(1).splitlines() if re.match(r"\| \d+ \|", line)]
     documented = [re.findall(r"`([^`]+)`", row.split("|")[3]) for row in rows]
     assert documented == [patterns for _, patterns in LAYERS], "update docs/architecture.md's floors table"
+
+
+def test_the_sandboxs_parts_are_reached_through_the_package_only():
+    """rspo.rewards.sandbox is one isolation argument split by concern into submodules whose names
+    are public to each other (uid leases, the backends' argv, launch and teardown); no module outside
+    the package imports them, so none can call around the checks (rspo/rewards/sandbox/__init__.py)."""
+    inside = "rspo.rewards.sandbox."
+    found = [
+        f"{m} imports {target}"
+        for m in sorted(MODULES)
+        if not m.startswith(inside) and m != "rspo.rewards.sandbox"
+        for target in rspo_imports(m)
+        if target.startswith(inside)
+    ]
+    assert not found, found
+    assert any(m.startswith(inside) for m in MODULES)  # the package exists: the rule checks something

@@ -330,3 +330,39 @@ def test_the_schema_file_holds_the_rl_sections_generated_from_the_dataclasses():
 
     text = SCHEMA_FILE.read_text(encoding="utf-8")
     assert with_generated_block(text, "rl", rcfg.rl_schema()) == text, "run: python scripts/preset_schema.py"
+
+
+def _index_reachable() -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/vllm/", timeout=10).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_the_documented_gpu_install_resolves_against_the_package_index(tmp_path):
+    """`pip install -e '.[gpu]'`, docs/cluster.md's first line, resolved for this Python by pip
+    itself (a dry run against the package index). It once failed with ResolutionImpossible: the
+    SLURM executor plugin 2.8.0 (numpy >= 2.4.5) beside vLLM 0.32's mistral-common (numpy < 2.4 on
+    Python <= 3.12); 2.6.1 asks numpy >= 1.26.4, so one environment holds Snakemake's SLURM
+    executor and vLLM."""
+    import json
+    import subprocess
+    import sys
+
+    if not _index_reachable():
+        pytest.skip("the package index is not reachable from here")
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+    r = subprocess.run(
+        [*cmd, "--report", str(report), "-e", f"{ROOT}[gpu]"], capture_output=True, text=True, timeout=900
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    assert got["vllm"] == "0.32.0" and got["transformers"] == "5.19.0" and got["torch"].startswith("2.13.0")
+    from packaging.version import Version
+
+    assert got["snakemake-executor-plugin-slurm"] == "2.6.1" and Version(got["numpy"]) < Version("2.4")

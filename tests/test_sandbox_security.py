@@ -2,7 +2,7 @@
 
 Each test runs on "bwrap", "unshare" and "rlimits" when that backend works on this
 machine (unshare needs root; "rlimits" is only tested as root, where programs still run
-under a private uid: as a normal user it is no sandbox at all, see sandbox.py). Each
+under a private uid: as a normal user it is no sandbox at all, see rspo/rewards/sandbox/__init__.py). Each
 hostile program is followed by a check that the evaluator still scores a good program.
 """
 
@@ -124,7 +124,7 @@ def test_parent_environment_is_not_visible(backend, monkeypatch):
 
 def test_no_network(backend):
     if backend == "rlimits":
-        pytest.skip("the rlimits backend does not isolate the network (documented in sandbox.py)")
+        pytest.skip("the rlimits backend does not isolate the network (documented in rspo/rewards/sandbox/__init__.py)")
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)

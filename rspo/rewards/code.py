@@ -3,7 +3,7 @@
 Used for both the RL reward and the code evaluation (LiveCodeBench-style stdin and
 functional tests, DeepCoder/TACO/PrimeIntellect/LeetCode data once converted to the
 schema below). Isolation, limits and the process layout (one sandboxed interpreter per
-program, one forked process per case) are described in rspo/rewards/sandbox.py;
+program, one forked process per case) are described in rspo/rewards/sandbox/__init__.py;
 `sandbox_backend()` there says which isolation is in use.
 
 Tests schema
@@ -38,7 +38,7 @@ compared like any other; exiting early with status 0 gives an empty output, or f
 "functional" no value = runtime error). A pass therefore means every case's output matched.
 For "assert", the checks run in a trusted evaluator process against stubs of the program's
 functions (rspo/rewards/verdict.py). Not guaranteed in any kind: a program may still use CPU,
-memory, processes and disk up to the sandbox limits (rspo/rewards/sandbox.py).
+memory, processes and disk up to the sandbox limits (rspo/rewards/sandbox/__init__.py).
 
 Reasons: "ok", "syntax error: ...", "wrong answer on case k: expected ..., got ...",
 "timeout on case k", "runtime error on case k: ZeroDivisionError: division by zero",
@@ -46,7 +46,7 @@ Reasons: "ok", "syntax error: ...", "wrong answer on case k: expected ..., got .
 "runtime error on case k: killed by SIGSEGV", "sandbox error: ...".
 
 Deviations from LiveCodeBench: real processes instead of mocked stdin/stdout (see
-sandbox.py), a default 1 GiB address-space limit (LCB has none), nested tuples accepted as
+rspo/rewards/sandbox/__init__.py), a default 1 GiB address-space limit (LCB has none), nested tuples accepted as
 lists in functional tests, and extract_code also accepts an untagged final ``` block.
 """
 

@@ -1,4 +1,4 @@
-"""The program that runs INSIDE the sandbox (see rspo/rewards/sandbox.py for the isolation).
+"""The program that runs INSIDE the sandbox (see rspo/rewards/sandbox/__init__.py for the isolation).
 
 rspo.rewards.sandbox starts it as `python -I -B -c <the text of this file>` under the chosen
 backend (the file itself need not be visible inside the sandbox), so it must stay
@@ -9,7 +9,7 @@ the same codec and framing functions, and tests exercise them directly.
 Protocol: the caller writes an 8-byte big-endian length and a JSON spec on stdin.
 
 - kind "stdin" / "functional" (training rewards, LiveCodeBench): one forked child per case
-  (see sandbox.py); one JSON line per case on stdout. The verdict is NOT decided here: the
+  (see rspo/rewards/sandbox/__init__.py); one JSON line per case on stdout. The verdict is NOT decided here: the
   caller compares the case's stdout / return value with the expected output, which never
   enters the sandbox.
 - kind "session" (benchmarks whose checks are code: HumanEval, MBPP, HumanEval+/MBPP+): the

