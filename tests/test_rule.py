@@ -130,4 +130,5 @@ def test_holm_keeps_a_primary_row_from_standing_on_a_family_of_chances():
     out = rule.apply_holm(rows, {0, 1, 2})
     assert [r.primary for r in out] == [True, True, True, False]
     assert out[0].p_holm > 0.025 and out[0].verdict == out[1].verdict == rule.INCONCLUSIVE
+    assert out[0].verdict_text.startswith("inconclusive: its interval excludes 0, but not after Holm's correction")
     assert out[2].verdict == rule.SUPPORTED and out[3].verdict == rule.SUPPORTED and math.isnan(out[3].p_holm)

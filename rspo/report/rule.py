@@ -100,7 +100,8 @@ class Row:
     est: Estimate
     verdict: str
     why: str = ""
-    """not testable: the reason; otherwise notes (floored, provisional, Holm)."""
+    """Why the verdict is what it is where the word alone would mislead (not testable; a primary row
+    that Holm's correction left inconclusive)."""
     primary: bool = False
     p_holm: float = math.nan
     seeds: bool = True
@@ -124,7 +125,7 @@ class Row:
 
     @property
     def verdict_text(self) -> str:
-        text = self.verdict + (f": {self.why}" if self.verdict == NOT_TESTABLE else "")
+        text = self.verdict + (f": {self.why}" if self.why else "")
         return text + (f" ({PROVISIONAL}: n < {MIN_SEEDS})" if self.provisional else "")
 
 
@@ -219,8 +220,8 @@ def apply_holm(rows: list[Row], primary: set[int]) -> list[Row]:
             out.append(r)
             continue
         p = adjusted.get(str(i), math.nan)
-        v = r.verdict
-        if v in (SUPPORTED, IMMATERIAL) and not p < (1 - LEVEL) / 2:
-            v = INCONCLUSIVE
-        out.append(replace(r, primary=True, p_holm=p, verdict=v))
+        if r.verdict in (SUPPORTED, IMMATERIAL) and not p < (1 - LEVEL) / 2:
+            why = f"its interval excludes 0, but not after Holm's correction across the primary rows (p {p:.3f})"
+            r = replace(r, verdict=INCONCLUSIVE, why=why)
+        out.append(replace(r, primary=True, p_holm=p))
     return out
