@@ -77,15 +77,23 @@ def test_small_grid_trains_shared_runs_once():
     # the RSPO run serves Figs. 1/4 (plugin), 3 (gamma 0.8), 5 (stop-grad), 6, 8
     for fam in ("plugin", "gamma_min", "stop_gradient", "routing", "mechanism"):
         assert "gmpo-rs0.8-s0" in fams[fam]
-    seeds = len(preset["seeds"])
+    seeds = preset["seeds"]
+
+    def regime_seeds(regime, asked):  # a regime's own `seeds` keeps only those of the asked seeds
+        return [s for s in asked if s in preset[regime].get("seeds", asked)]
+
     # natural and stress regimes, and the mismatch regime's routing family (GMPO, RSPO, R3, TIS, RS+TIS)
-    assert len(runs) == (2 * (6 + 2 + 1 + 3) + 5) * seeds
+    def count(asked):
+        return 12 * len(asked) + 12 * len(regime_seeds("stress", asked)) + 5 * len(regime_seeds("mismatch", asked))
+
+    assert len(preset["stress"]["seeds"]) < len(seeds)  # the stress regime runs fewer seeds (its comment says why)
+    assert len(runs) == count(seeds)
     from rspo.plan import Plan
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
     assert Plan(preset, seeds=[0]).figure_runs("fig6_mechanism_stress") == ["stress-grpo-s0", "stress-gmpo-rs0.8-s0"]
     four_seeds = all_runs(Preset(preset), seeds=[0, 1, 2, 3])
-    assert len(four_seeds) == 4 * len(runs) // seeds
+    assert len(four_seeds) == count([0, 1, 2, 3])
 
 
 def test_load_train_config_applies_grid_and_overrides(tmp_path):
@@ -201,12 +209,12 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
 def test_every_committed_run_keeps_its_fingerprint():
     """The shipped study's runs (docs/results/small/runs.tar.xz: each run.json with the fingerprint
     its job recorded, beside its config.json) get the same fingerprint from today's TrainConfig, with
-    the settings added since at their defaults and the removed ones gone: a rerun of `make main`
-    resumes them instead of refusing their folders."""
+    the settings added since at the value those runs had (ADDED_LATER) and the removed ones gone:
+    a run's fingerprint stays its identity across versions of the code."""
     import json
     import tarfile
 
-    from rspo.config import REMOVED, train_config_from_dict
+    from rspo.config import ADDED_LATER, REMOVED, train_config_from_dict
 
     checked = legacy = 0
     with tarfile.open(ROOT / "docs" / "results" / "small" / "runs.tar.xz") as tf:
@@ -220,6 +228,9 @@ def test_every_committed_run_keeps_its_fingerprint():
                 if field_name in config[section]:  # a run configured while the setting existed
                     config[section].pop(field_name)
                     legacy += 1
+            for key, value in ADDED_LATER.items():  # a run configured before the setting existed
+                section, field_name = key.split(".")
+                config[section].setdefault(field_name, value)
             cfg = train_config_from_dict(config, seed=seed, preset=preset, run_name=run)
             assert cfg.fingerprint() == info["fingerprint"], name
             checked += 1

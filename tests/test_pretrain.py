@@ -125,20 +125,20 @@ def test_bad_inputs_are_clear_errors(setup, tmp_path, capsys):
         == 2
     )
     assert "pretrain.bogus" in capsys.readouterr().err
-    with pytest.raises(FileNotFoundError, match="train.jsonl"):
-        main(
-            [
-                "--preset",
-                str(preset),
-                "--data",
-                str(tmp_path / "nodata"),
-                "--tokenizer",
-                str(root / "tok"),
-                "--out",
-                str(tmp_path / "y"),
-                "--no-mlflow",
-            ]
-        )
+    missing = [
+        "--preset",
+        str(preset),
+        "--data",
+        str(tmp_path / "nodata"),
+        "--tokenizer",
+        str(root / "tok"),
+        "--out",
+        str(tmp_path / "y"),
+        "--no-mlflow",
+    ]
+    assert main(missing) == 2  # one line naming the folder and what makes it, nothing written
+    err = capsys.readouterr().err
+    assert "nodata" in err and "rspo generate" in err and not (tmp_path / "y").exists()
     out = tmp_path / "base"
     assert _run(setup, out) == 0
     with pytest.raises(ValueError, match="another tokenizer"):

@@ -107,7 +107,9 @@ def test_seeds_override_multiplies_runs(ws):
     assert r.returncode == 0, r.stderr[-3000:]
     counts = job_counts(r.stdout + r.stderr)
     plan = Plan.from_file(ROOT / "configs" / "small.yaml")
-    assert counts["train"] == 4 * len(plan.runs) // len(plan.seeds)
+    four = Plan(plan.preset, seeds=[0, 1, 2, 3])  # a regime's own seeds keep only those asked (stress: 0-2)
+    assert counts["train"] == len(four.runs)
+    assert "stress-grpo-s2" in four.runs and "stress-grpo-s3" not in four.runs and "grpo-s3" in four.runs
     # figures are told about the seeds; the train command names each seed's run
     assert "--seeds 0 1 2 3" in r.stdout
     assert "--run-name gmpo-rs0.8-s3 " in r.stdout
