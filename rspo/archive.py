@@ -11,8 +11,10 @@ figure of a study and browse its runs in MLflow, from exactly the files the repo
   pretrained base (its MLflow run; no weights);
 - ``trials.jsonl``, the regime trials, when given (``--trials``).
 
-Layout of an archive folder ``DIR``: ``DIR/archive.json`` (the manifest) and ``DIR/runs.tar.xz``
-(the files, paths relative to ``results/<preset>/``). The manifest holds the format and its
+Layout of an archive folder ``DIR``: ``DIR/archive.json`` (the manifest), ``DIR/runs.tar.xz``
+(the files, paths relative to ``results/<preset>/``) and ``DIR/<preset>.yaml``, the preset file the
+runs were made from (its digest is the manifest's): an archive stays readable after the preset in
+configs/ moves on (more seeds, another evaluation size), and archive mode plans from its copy. The manifest holds the format and its
 version, the preset's name and digest (rspo.plan ``preset_digest``: every section the report
 rules read), the git commit that packed it, the runs and evaluations it holds, and per file its
 path, rows (lines), bytes and sha256, plus the data files the runs used (name, rows, sha256:
@@ -126,8 +128,31 @@ def _datasets(members: dict[str, Path], results: Path) -> dict[str, dict[str, An
     return out
 
 
-def pack(plan, results: str | Path, out: str | Path, trials: str | Path | None = None) -> dict[str, Any]:
-    """Write ``out/archive.json`` and ``out/runs.tar.xz`` from ``results`` (results/<preset>)."""
+def own_preset(archive: str | Path, name: str) -> Path | None:
+    """The archive's copy of the preset it was packed from (``DIR/<name>.yaml``), if it has one."""
+    path = Path(archive) / f"{name}.yaml"
+    return path if path.is_file() else None
+
+
+def unpacked_preset(results: str | Path, name: str) -> Path | None:
+    """The preset an archive unpacked into ``results`` was packed from (its copy in the archive
+    folder ``unpack`` recorded as the manifest's source), if it has one."""
+    try:
+        source = json.loads((Path(results) / MANIFEST).read_text()).get("source")
+    except (OSError, ValueError):
+        return None
+    return own_preset(source, name) if source else None
+
+
+def pack(
+    plan,
+    results: str | Path,
+    out: str | Path,
+    trials: str | Path | None = None,
+    preset_file: str | Path | None = None,
+) -> dict[str, Any]:
+    """Write ``out/archive.json`` and ``out/runs.tar.xz`` from ``results`` (results/<preset>), and
+    ``out/<preset>.yaml``, a copy of ``preset_file`` (the preset the runs were made from), when given."""
     from rspo.plan import preset_digest
     from rspo.tracking import git_commit
 
@@ -166,6 +191,11 @@ def pack(plan, results: str | Path, out: str | Path, trials: str | Path | None =
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if preset_file is not None:
+        text = Path(preset_file).read_text()
+        if preset_digest(Preset.load(preset_file).data, "report") != manifest["preset_digest"]:
+            raise ArchiveError(f"{preset_file} is not the preset these runs were planned from")
+        (out / f"{plan.name}.yaml").write_text(text)
     (out / BUNDLE).write_bytes(bundle)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -202,9 +232,11 @@ def read_manifest(archive: str | Path, preset: dict[str, Any] | None = None) -> 
             raise ArchiveError(f"{archive} is an archive of preset {m['preset']!r}, not of {name!r}")
         digest = preset_digest(preset, "report")
         if m["preset_digest"] != digest:
+            kept = own_preset(archive, name)
             raise ArchiveError(
                 f"{archive} was packed from another version of preset {name!r} (digest {m['preset_digest']}, "
-                f"configs/{name}.yaml now {digest}): its runs do not belong to the preset as it is"
+                f"this one {digest}): its runs do not belong to the preset as it is"
+                + (f"; read it with the preset it was packed from, {kept}" if kept else "")
             )
     return m
 

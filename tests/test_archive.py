@@ -336,6 +336,40 @@ def test_read_manifest_checks_the_preset(packed):
     assert read_manifest(archive, plan.preset)["preset_digest"] == m["preset_digest"]
 
 
+def test_an_archive_keeps_the_preset_it_was_packed_from_and_is_read_with_it(packed, tmp_path):
+    """configs/<p>.yaml moves on (here: another seed); the archive packed with its preset file stays
+    readable: read_manifest names its copy, a Snakemake dry run in archive mode plans from the copy
+    (saying so) and mlflow-sync --shipped reads the unpacked runs with it; a copy of another preset
+    is refused at packing."""
+    import yaml
+
+    from rspo.archive import own_preset, unpacked_preset
+
+    plan, res, _, m = packed
+    archive = tmp_path / "kept"
+    pack(plan, res, archive, preset_file=SMOKE)
+    assert own_preset(archive, "smoke").read_text() == SMOKE.read_text()
+    moved = yaml.safe_load(SMOKE.read_text())
+    moved["seeds"] = [*moved["seeds"], 7]
+    with pytest.raises(ArchiveError, match=r"read it with the preset it was packed from, .*kept/smoke.yaml"):
+        read_manifest(archive, moved)
+    with pytest.raises(ArchiveError, match="not the preset these runs were planned from"):
+        edited = tmp_path / "smoke.yaml"
+        edited.write_text(yaml.safe_dump(moved))
+        pack(plan, res, tmp_path / "other", preset_file=edited)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    make_workspace(ws)
+    (ws / "configs" / "smoke.yaml").write_text(yaml.safe_dump(moved))  # the preset in configs/ moved on
+    r = snakemake(ws, "-n", "table_countdown", "--config", "preset=smoke", f"archive={archive}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "was packed from an earlier version of configs/smoke.yaml" in r.stdout + r.stderr
+    assert "--preset " + str(archive / "smoke.yaml") in r.stdout + r.stderr  # the report reads the copy
+    into = tmp_path / "unpacked"
+    unpack(archive, plan.preset, into)
+    assert unpacked_preset(into, "smoke") == archive / "smoke.yaml"
+
+
 # a user's own results of preset small, as the issue's `make bench` then `make figures` left them
 USER_FILES = {
     "bench.json": '{"tokens_per_s": 123.4}\n',
@@ -401,7 +435,8 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
     res = clone / "results" / "small-archive"
     rl_runs = sorted(p.name for p in (res / "runs").iterdir() if p.is_dir())
     evals = sorted(p.name for p in (res / "eval").iterdir() if p.is_dir())
-    assert len(rl_runs) == 51 and len(evals) == 52  # make main's 36 runs and the mismatch regime's 15
+    manifest = json.loads((ROOT / "docs" / "results" / "small" / "archive.json").read_text())
+    assert rl_runs == sorted(manifest["runs"]) and len(evals) == len(manifest["evals"]) == len(rl_runs) + 1  # + base
     assert first["runs created"] == len(rl_runs) + len(evals) + 1  # + the pretraining run
     r = subprocess.run(sync, cwd=clone, capture_output=True, text=True, timeout=900)
     again = json.loads(r.stdout.strip().splitlines()[-1])
@@ -416,7 +451,7 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
             "--preset",
             "small",
             "--shipped",
-            "--by-name",  # 105 runs, 100 loaded; 73 share their start second, so sort by name
+            "--by-name",  # more than 100 runs, 100 loaded; many share their start second: sorted by name
             "--dom",
             str(dom),
             "--expect",

@@ -2,19 +2,21 @@
 diagnosis claims computed from runs' metrics, and the earlier 3-seed study's runs judged again by
 today's rule: every row's verdict, and why each that moved did (docs/small_study.md lists them)."""
 
+import math
 import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from rspo.archive import own_preset
 from rspo.config import load_preset
 from rspo.plan import Plan
 from rspo.report import claims
 from rspo.report.rule import IMMATERIAL, NOT_TESTABLE, SUPPORTED
 
 ROOT = Path(__file__).resolve().parents[1]
-EARLIER = ROOT / "docs" / "results" / "small-3seeds"
+EARLIER = ROOT / "docs" / "results" / "small"
 
 
 def test_every_claim_has_one_primary_row_named_before_the_runs():
@@ -82,11 +84,12 @@ def test_the_diagnosis_claims_come_from_the_runs_metrics(tmp_path):
 
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory):
-    """The earlier 3-seed study (docs/results/small-3seeds, shipped until its 5-seed rerun) unpacked."""
+    """The 3-seed study docs/results/small ships (until its 5-seed rerun) unpacked."""
     out = tmp_path_factory.mktemp("earlier")
     with tarfile.open(EARLIER / "runs.tar.xz") as tar:
         tar.extractall(out, filter="data")
-    plan = Plan(load_preset(ROOT / "configs" / "small.yaml"), seeds=[0, 1, 2], families=["plugin", "mismatch_routing"])
+    plan = Plan(load_preset(EARLIER / "small.yaml"), families=["plugin", "mismatch_routing"])  # as it was packed
+    assert plan.seeds == [0, 1, 2]
     return {
         (r.claim.key, r.claim.measure, r.regime): r
         for r in claims.collect(plan, out / "eval", out / "runs", out / "bench.json")
@@ -177,3 +180,37 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
     assert cells["gamma-falls/gamma_fall/natural"][mean] == "–" and cells["gamma-falls/gamma_fall/natural"][ci] == "–"
     summary = claims.summary(rows)["rows"]
     assert len(summary) == len(rows) and {"mde", "p_holm", "why", "provisional"} <= set(summary[0])
+
+
+def _judged(archive: Path, tmp: Path) -> list:
+    manifest = json.loads((archive / "archive.json").read_text())
+    with tarfile.open(archive / "runs.tar.xz") as tar:
+        tar.extractall(tmp, filter="data")
+    from rspo.archive import read_manifest
+
+    name = manifest["preset"]
+    preset = load_preset(own_preset(archive, name) or ROOT / "configs" / f"{name}.yaml")
+    read_manifest(archive, preset)  # the preset the runs belong to
+    plan = Plan(preset, seeds=manifest["seeds"], full=manifest["full"], families=manifest.get("families"))
+    return claims.collect(
+        plan, tmp / "eval", tmp / "runs", tmp / "bench.json" if (tmp / "bench.json").is_file() else None
+    )
+
+
+@pytest.mark.parametrize("archive", sorted(p.parent.name for p in (ROOT / "docs" / "results").glob("*/archive.json")))
+def test_no_shipped_row_reads_more_than_its_data_say(archive, tmp_path):
+    """Every row of the claims tables the shipped archives make: no zero-width interval, no sentinel
+    value, nothing below its margin called supported, an MDE with every interval; a primary row per
+    claim at most, every not-testable row with its reason."""
+    rows = _judged(ROOT / "docs" / "results" / archive, tmp_path)
+    assert rows
+    for r in rows:
+        if r.verdict == NOT_TESTABLE:
+            assert r.why and math.isnan(r.mean)
+            continue
+        assert math.isfinite(r.mean) and abs(r.mean) < 1e3, r  # no -60 or other stand-in value
+        if r.n >= 2:
+            assert r.est.high - r.est.low > 0 and math.isfinite(r.mde), r
+        assert r.verdict != SUPPORTED or r.mean >= r.claim.margin, r
+    primaries = [r.claim.key for r in rows if r.primary]
+    assert len(primaries) == len(set(primaries))

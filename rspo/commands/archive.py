@@ -42,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         results = REPO_ROOT / "results" / plan.name
         if args.cmd == "pack":
-            m = pack(plan, Path(args.results) if args.results else results, args.out, args.trials or None)
+            m = pack(
+                plan,
+                Path(args.results) if args.results else results,
+                args.out,
+                args.trials or None,
+                preset_file=preset_path(args.preset),
+            )
             size = m["bundle"]["bytes"]
             print(json.dumps({"archive": args.out, "runs": len(m["runs"]), "files": len(m["members"]), "bytes": size}))
         elif args.cmd == "unpack":

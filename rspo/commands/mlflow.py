@@ -181,7 +181,12 @@ def sync_main(argv: list[str] | None = None) -> int:
         name, experiment, uri = preset_store(args.preset, args.uri, shipped=args.shipped)
         if args.shipped and not args.results:
             args.results = str(shipped_results(name))
-        plan = Plan.from_file(preset_path(args.preset), None, full=True)
+        path = preset_path(args.preset)
+        if args.shipped:  # the shipped runs belong to the preset they were packed from (the archive's copy)
+            from rspo.archive import unpacked_preset
+
+            path = unpacked_preset(args.results, name) or path
+        plan = Plan.from_file(path, None, full=True)
     except (OSError, ConfigError) as e:
         print(f"rspo mlflow-sync: {e}", file=sys.stderr)
         return 2

@@ -29,6 +29,21 @@ def _preset_file(value):
 
 def _load_plan():
     path = _preset_file(str(config["preset"]))
+    if config.get("archive"):
+        # an archive plans from the preset it was packed from (its copy beside the bundle), which
+        # configs/ may have moved on from (more seeds, another evaluation size)
+        from rspo.archive import own_preset
+
+        kept = own_preset(config["archive"], Path(path).stem)
+        if kept is not None:
+            digest = lambda f: plan_preset_digest(Preset.load(f).data, "report")
+            if Path(path).is_file() and digest(path) != digest(kept):
+                print(
+                    f"archive {config['archive']} was packed from an earlier version of {path}: "
+                    f"its tables are made with the preset it was packed from, {kept}",
+                    file=sys.stderr,
+                )
+            path = str(kept)
     try:
         spec = Preset.load(path)
         preset = spec.data
