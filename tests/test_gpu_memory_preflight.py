@@ -56,3 +56,18 @@ def check(line: dict, engine: str) -> None:
 )
 def test_without_vllm_the_step_runs_on_the_stand_in_engine_and_says_so(tmp_path):
     check(preflight(smoke_for_vllm(tmp_path)), "stand-in (vLLM is not installed here)")
+
+
+def test_the_parity_gate_passes_agreement_and_refuses_a_mismatch_naming_it():
+    from rspo.gpu_memory.preflight import PARITY_KL, parity
+
+    ok = parity([{"rollout_corr/k3_kl": 1e-4, "rollout_corr/routing_agreement": 0.99}, {"rollout_corr/k3_kl": 3e-4}])
+    assert ok["k3_kl"] == pytest.approx(2e-4) and (ok["routing_agreement"], ok["threshold"], ok["ok"]) == (
+        0.99,
+        PARITY_KL,
+        True,
+    )
+    bad = parity([{"rollout_corr/k3_kl": 0.02}, {"rollout_corr/k3_kl": 0.03}])
+    assert not bad["ok"] and bad["k3_kl"] == pytest.approx(0.025) and bad["routing_agreement"] is None
+    assert parity([{}, {}])["ok"]  # an engine that reports no log-probs: nothing to refuse
+    assert PARITY_KL == 0.015  # prime-rl's gate (the module docstring)

@@ -88,5 +88,22 @@ def main(argv: list[str] | None = None) -> int:
         f"  step {result['step_s_estimate']} s (estimated at full depth), run {result['run_h_estimate']} h; "
         f"{verdict} ({result['margin_gib']} GiB to spare of {result['limit_gib']})"
     )
+    gate = result["parity"]
+    if gate["k3_kl"] is None:
+        print("  parity: the engine reported no log-probs; nothing to compare")
+    else:
+        agree = gate["routing_agreement"]
+        print(
+            f"  parity: engine-trainer k3 KL {gate['k3_kl']:.3g} (gate {gate['threshold']}), routing agreement "
+            + ("not reported by this engine" if agree is None else f"{agree:.4f}")
+            + ("; passes" if gate["ok"] else "; REFUSED")
+        )
     print(json.dumps(result))
+    if not gate["ok"]:
+        print(
+            f"rspo preflight: the engine does not run the model the trainer trains: k3 KL {gate['k3_kl']:.3g} "
+            f"> {gate['threshold']} (check the weight sync, the engine's dtype and kernels before any GPU hour)",
+            file=sys.stderr,
+        )
+        return 3
     return 0
