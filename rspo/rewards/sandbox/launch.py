@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import selectors
 import shutil
@@ -59,12 +58,7 @@ def run_spec(setup: SandboxSetup, code, kind, inputs, fn_name, limits: Limits, o
         "kind": kind,
         "fn_name": fn_name,
         "inputs": [list(x) if isinstance(x, tuple) else x for x in inputs],
-        "timeout": float(limits.timeout),
-        "cpu_s": int(math.ceil(limits.timeout)) + 1,
-        "memory_bytes": limits.memory_mb << 20,
-        "output_bytes": limits.output_bytes,
-        "nofile": limits.nofile,
-        "nproc": limits.nproc,
+        **limits.harness_fields(),
     }
     lease = UidLease() if is_root() else None
     workdir = None

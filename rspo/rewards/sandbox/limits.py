@@ -40,6 +40,17 @@ class Limits:
         if self.nofile < 16:
             raise ValueError(f"Limits.nofile must be >= 16, got {self.nofile}")
 
+    def harness_fields(self) -> dict[str, float | int]:
+        """The limits as the harness's spec carries them (it sets the rlimits from these)."""
+        return {
+            "timeout": float(self.timeout),
+            "cpu_s": int(math.ceil(self.timeout)) + 1,
+            "memory_bytes": self.memory_mb << 20,
+            "output_bytes": self.output_bytes,
+            "nofile": self.nofile,
+            "nproc": self.nproc,
+        }
+
 
 @dataclass(frozen=True)
 class CaseResult:

@@ -4,7 +4,6 @@ MBPP and their plus sets; rspo.rewards.verdict decides, rspo.rewards.sandbox sta
 from __future__ import annotations
 
 import json
-import math
 import os
 import selectors
 import tempfile
@@ -95,12 +94,7 @@ class CallSession:
             "kind": "session",
             "fn_name": None,
             "inputs": [],
-            "timeout": float(limits.timeout),
-            "cpu_s": int(math.ceil(limits.timeout)) + 1,
-            "memory_bytes": limits.memory_mb << 20,
-            "output_bytes": limits.output_bytes,
-            "nofile": limits.nofile,
-            "nproc": limits.nproc,
+            **limits.harness_fields(),
             "frame_bytes": self.frame_bytes,
         }
         self._lease = UidLease() if is_root() else None
