@@ -49,6 +49,11 @@ def preset_path(preset_arg: str) -> Path:
     return path
 
 
+def add_overrides(ap: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) into ``args.overrides``: the one spelling of a command's overrides."""
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help=help)
+
+
 def add_workload_args(ap: argparse.ArgumentParser, *, steps: int, steps_help: str) -> None:
     """The arguments `rspo bench` and `rspo speed` share: which model, data and preset, how many
     measured steps, threads, where the JSON goes, and --quiet."""

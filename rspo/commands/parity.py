@@ -9,6 +9,7 @@ import json
 import sys
 
 from rspo import parity
+from rspo.commands import add_overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         "--trainer", choices=list(parity.TRAINERS), default="trl-grpo", help="TRL GRPO, or RSPO through TRL"
     )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="rl override")
+    add_overrides(ap, "rl override")
     args = ap.parse_args(argv)
     s = parity.run_parity(
         args.preset,

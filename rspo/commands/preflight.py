@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from rspo.commands import add_overrides
 from rspo.gpu_memory import preflight
 
 
@@ -17,14 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     ap.add_argument("--task", default=None, help="the preset's task to measure (default: its first)")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers of the model measured (default 2)")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        dest="overrides",
-        metavar="KEY=VALUE",
-        help="rl override, as rspo train --set",
-    )
+    add_overrides(ap, "rl override, as rspo train --set")
     ap.add_argument(
         "--hub-dir", default="results/hub", help="where fetched hub models are (their config.json; default results/hub)"
     )

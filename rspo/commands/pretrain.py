@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from rspo import pretrain
-from rspo.commands import refuse_missing
+from rspo.commands import add_overrides, refuse_missing
 from rspo.preset import Preset
 
 
@@ -26,14 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder (countdown); math/code train one")
     ap.add_argument("--out", required=True, help="checkpoint folder to write (a rerun resumes from its <out>.work)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        dest="overrides",
-        metavar="KEY=VALUE",
-        help="pretrain override, e.g. examples=1000",
-    )
+    add_overrides(ap, "pretrain override, e.g. examples=1000")
     ap.add_argument("--no-mlflow", action="store_true", help="metrics.jsonl only, no MLflow run")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (testing resume)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")

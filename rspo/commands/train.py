@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from rspo.commands import refuse_missing, respell
+from rspo.commands import add_overrides, refuse_missing, respell
 
 
 def _minutes(text: str) -> float:
@@ -63,14 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-data", default=None, help="training JSONL (sets data.train_path)")
     ap.add_argument("--val", action="append", default=[], metavar="NAME=FILE", help="held-out set (repeatable)")
     ap.add_argument("--out", required=True, help="run folder")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="override, e.g. --set algorithm.gamma_min=0.5 --set schedule.total_steps=10",
-    )
+    add_overrides(ap, "override, e.g. --set algorithm.gamma_min=0.5 --set schedule.total_steps=10")
     ap.add_argument(
         "--threads",
         type=int,
