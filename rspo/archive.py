@@ -14,12 +14,12 @@ figure of a study and browse its runs in MLflow, from exactly the files the repo
 Layout of an archive folder ``DIR``: ``DIR/archive.json`` (the manifest), ``DIR/runs.tar.xz``
 (the files, paths relative to ``results/<preset>/``) and ``DIR/<preset>.yaml``, the preset file the
 runs were made from (its digest is the manifest's): an archive stays readable after the preset in
-configs/ moves on (more seeds, another evaluation size), and archive mode plans from its copy. The manifest holds the format and its
-version, the preset's name and digest (rspo.plan ``preset_digest``: every section the report
-rules read), the git commit that packed it, the runs and evaluations it holds, and per file its
-path, rows (lines), bytes and sha256, plus the data files the runs used (name, rows, sha256:
-what MLflow's dataset inputs record; the data themselves are not shipped, ``rspo generate``
-rebuilds them).
+configs/ moves on (more seeds, another evaluation size), and archive mode plans from its copy. The
+manifest holds the format and its version, the preset's name and digest (rspo.plan
+``preset_digest``: every section the report rules read), the git commit that packed it, the runs
+and evaluations it holds, and per file its path, rows (lines), bytes and sha256, plus the data
+files the runs used (name, rows, sha256: what MLflow's dataset inputs record; the data
+themselves are not shipped, ``rspo generate`` rebuilds them).
 
 ``unpack`` checks everything before it writes anything: the format and version, that the archive
 is of this preset (name and digest), the bundle's size and sha256, each member's tar header against

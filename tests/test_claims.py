@@ -2,8 +2,8 @@
 diagnosis claims computed from runs' metrics, and the earlier 3-seed study's runs judged again by
 today's rule: every row's verdict, and why each that moved did (docs/small_study.md lists them)."""
 
-import math
 import json
+import math
 import tarfile
 from pathlib import Path
 

@@ -252,19 +252,20 @@ def run_make_mlflow_ui(tmp_path, has=(), shipped="", unpack_fails=False):
 def test_make_mlflow_ui_shows_your_runs_or_the_shipped_study(tmp_path, has, shipped, want):
     """The Makefile's choice: your results/small when you trained anything, else (or with
     SHIPPED=1) results/small-archive, unpacked by `make figures` when it is not there yet;
-    PORT= reaches `mlflow-ui`; nothing is written into your results."""
+    PORT= and HOST= (default 127.0.0.1) reach `mlflow-ui`; nothing is written into your results."""
     r, calls = run_make_mlflow_ui(tmp_path, has, shipped)
     assert r.returncode == 0, r.stdout + r.stderr
     if want == "own":
         assert calls == [
             "python -m rspo mlflow-sync --preset small",
-            "python -m rspo mlflow-ui --preset small --port 5055",
+            "python -m rspo mlflow-ui --preset small --host 127.0.0.1 --port 5055",
         ]
     else:
-        assert calls[0].startswith("snakemake --cores all --config preset=small archive=docs/results/small")
+        figures = "snakemake --cores all --quiet rules --config preset=small archive=docs/results/small"
+        assert calls[0].startswith(figures)
         assert calls[1:] == [
             "python -m rspo mlflow-sync --preset small --shipped",
-            "python -m rspo mlflow-ui --preset small --shipped --port 5055",
+            "python -m rspo mlflow-ui --preset small --shipped --host 127.0.0.1 --port 5055",
         ]
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and "results" in p.parts)
     assert written == sorted(f"results/small/{rel}" for rel in has)
