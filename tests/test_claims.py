@@ -82,18 +82,27 @@ def test_the_diagnosis_claims_come_from_the_runs_metrics(tmp_path):
     assert got["gamma-falls"].mde > 0 and got["gamma-falls"].n == 5
 
 
+def _judged(archive: Path, tmp: Path) -> list:
+    manifest = json.loads((archive / "archive.json").read_text())
+    with tarfile.open(archive / "runs.tar.xz") as tar:
+        tar.extractall(tmp, filter="data")
+    from rspo.archive import read_manifest
+
+    name = manifest["preset"]
+    preset = load_preset(own_preset(archive, name) or ROOT / "configs" / f"{name}.yaml")
+    read_manifest(archive, preset)  # the preset the runs belong to
+    plan = Plan(preset, seeds=manifest["seeds"], full=manifest["full"], families=manifest.get("families"))
+    return claims.collect(
+        plan, tmp / "eval", tmp / "runs", tmp / "bench.json" if (tmp / "bench.json").is_file() else None
+    )
+
+
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory):
     """The 3-seed study docs/results/small ships (until its 5-seed rerun) unpacked."""
-    out = tmp_path_factory.mktemp("earlier")
-    with tarfile.open(EARLIER / "runs.tar.xz") as tar:
-        tar.extractall(out, filter="data")
-    plan = Plan(load_preset(EARLIER / "small.yaml"), families=["plugin", "mismatch_routing"])  # as it was packed
-    assert plan.seeds == [0, 1, 2]
-    return {
-        (r.claim.key, r.claim.measure, r.regime): r
-        for r in claims.collect(plan, out / "eval", out / "runs", out / "bench.json")
-    }
+    rows = _judged(EARLIER, tmp_path_factory.mktemp("earlier"))  # with the preset it was packed from
+    assert {r.n for r in rows if r.regime != "benchmark"} <= {0, 3}  # its seeds 0-2
+    return {(r.claim.key, r.claim.measure, r.regime): r for r in rows}
 
 
 DRIFTLESS = (
@@ -180,21 +189,6 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
     assert cells["gamma-falls/gamma_fall/natural"][mean] == "–" and cells["gamma-falls/gamma_fall/natural"][ci] == "–"
     summary = claims.summary(rows)["rows"]
     assert len(summary) == len(rows) and {"mde", "p_holm", "why", "provisional"} <= set(summary[0])
-
-
-def _judged(archive: Path, tmp: Path) -> list:
-    manifest = json.loads((archive / "archive.json").read_text())
-    with tarfile.open(archive / "runs.tar.xz") as tar:
-        tar.extractall(tmp, filter="data")
-    from rspo.archive import read_manifest
-
-    name = manifest["preset"]
-    preset = load_preset(own_preset(archive, name) or ROOT / "configs" / f"{name}.yaml")
-    read_manifest(archive, preset)  # the preset the runs belong to
-    plan = Plan(preset, seeds=manifest["seeds"], full=manifest["full"], families=manifest.get("families"))
-    return claims.collect(
-        plan, tmp / "eval", tmp / "runs", tmp / "bench.json" if (tmp / "bench.json").is_file() else None
-    )
 
 
 @pytest.mark.parametrize("archive", sorted(p.parent.name for p in (ROOT / "docs" / "results").glob("*/archive.json")))
