@@ -14,8 +14,8 @@ import torch
 
 from rspo.commands import plan_memory as cli
 from rspo.gpu_memory import plan as MP
-from rspo.gpu_memory.phases import PHASES
 from rspo.gpu_memory.shape import PlanError, model_shape
+from rspo.phase_memory import PHASES
 from rspo.preset import Preset
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rspo.gpu_memory.phases import PHASES
 from rspo.gpu_memory.plan import GPUS
+from rspo.phase_memory import PHASES
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.hub",
             "rspo.chat",
             "rspo.gpu_memory",
-            "rspo.gpu_memory.phases",
+            "rspo.phase_memory",
         ],
     ),
     (

@@ -30,7 +30,7 @@ def test_the_engine_holds_its_share_awake_nothing_asleep_and_wakes_in_two_stages
 def test_the_engine_and_the_trainer_give_torchs_cached_blocks_back_on_a_gpu_only(monkeypatch):
     """As vLLM's sleep-mode pool does at sleep and at wake (its own memory, not torch's cache), and the
     trainer once its gradients are gone; on the CPU nothing is called."""
-    from rspo.gpu_memory.phases import return_cached_blocks
+    from rspo.phase_memory import return_cached_blocks
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))

@@ -2,7 +2,7 @@
 order the trainer runs them, term by term with its formula and its source, checked against the
 GPU's memory before any GPU hour is spent (``python -m rspo plan-memory``).
 
-The phases are the trainer's own (rspo.gpu_memory.phases): resume, engine start, rollout, old
+The phases are the trainer's own (rspo.phase_memory): resume, engine start, rollout, old
 pass, update, optimizer step, sync, KV wake, checkpoint save, and the evaluation job.
 Per GPU of a train job of W ranks (c = bytes of the compute dtype; P parameters; N the engine's
 tensor-parallel size; rspo.train.precision):
@@ -50,8 +50,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rspo.gpu_memory.phases import PHASES
 from rspo.gpu_memory.shape import ModelShape, PlanError, dtype_bytes, model_shape
+from rspo.phase_memory import PHASES
 from rspo.preset import Preset
 
 __all__ = ["GPUS", "PlanError", "RunPlan", "Setup", "plan_preset", "plan_run", "planned_phases", "summary"]

@@ -14,7 +14,7 @@ torchrun with its processes. The engine is vLLM where it is installed; elsewhere
 that really allocates (and frees on sleep) the share the plan gives vLLM (rspo.rollout.standin), so
 the training side can be measured on any GPU machine with torch alone: the output says which.
 
-Each phase's memory is measured as the trainer measures it every step (rspo.gpu_memory.phases: on
+Each phase's memory is measured as the trainer measures it every step (rspo.phase_memory: on
 a GPU torch's peaks plus the driver's view, on a CPU the resident memory) and timed. The per-layer
 terms are then scaled to the model's full depth with the plan's formulas (measured at the cut depth +
 the plan's difference between the full and the cut model), and printed beside the plan of the full

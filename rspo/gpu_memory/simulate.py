@@ -64,7 +64,7 @@ from typing import Any
 import torch
 
 from rspo.distributed import Dist
-from rspo.gpu_memory.phases import GIB, PhaseMemory, host_context
+from rspo.phase_memory import GIB, PhaseMemory, host_context
 
 REGRESSIONS = ("keep-grads", "resume-after-engine")  # the two faults the fixes removed, for the tests
 

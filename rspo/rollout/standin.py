@@ -24,7 +24,7 @@ import random
 
 import torch
 
-from rspo.gpu_memory.phases import return_cached_blocks
+from rspo.phase_memory import return_cached_blocks
 from rspo.rollout.base import RolloutBatch, pack_rows, stop_token_ids
 from rspo.rollout.colocate import EngineSleep
 

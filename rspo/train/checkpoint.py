@@ -57,7 +57,7 @@ from typing import Any
 import torch
 
 from rspo.distributed import Dist
-from rspo.gpu_memory.phases import host_allocation
+from rspo.phase_memory import host_allocation
 
 FORMAT = 2
 MANIFEST = "manifest.json"

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from rspo.gpu_memory.phases import host_allocation
+from rspo.phase_memory import host_allocation
 from rspo.router import OldRouterCache
 
 

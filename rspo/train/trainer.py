@@ -71,9 +71,9 @@ from rspo.distributed import (
     init_distributed,
     rank_device,
 )
-from rspo.gpu_memory.phases import PhaseMemory, measure_for
 from rspo.losses import group_advantages, masked_mean, mismatch_metrics
 from rspo.models import load_tokenizer_checked, read_meta, resolve_device, set_threads
+from rspo.phase_memory import PhaseMemory, measure_for
 from rspo.rollout import RolloutBatch, make_backend
 from rspo.rollout.colocate import check_tensor_parallel
 from rspo.router import OldRouterCache, RoutingMode, router_spec, routing_agreement
@@ -451,7 +451,7 @@ class Trainer:
         return mbs
 
     def train_step(self) -> dict[str, float]:
-        """One rollout step, its phases in order (rspo.gpu_memory.phases): rollout and rewards (then the
+        """One rollout step, its phases in order (rspo.phase_memory): rollout and rewards (then the
         engine's release), advantages and the old pass, the updates with their optimizer steps, the engine's
         weights synced, its KV cache woken."""
         cfg, step, mem = self.cfg, self.step, self.memory

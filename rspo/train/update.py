@@ -26,7 +26,6 @@ import torch
 
 from rspo.config import AlgorithmConfig
 from rspo.distributed import full_tensor
-from rspo.gpu_memory.phases import return_cached_blocks
 from rspo.losses import (
     NonFiniteLogProbError,
     compute_policy_loss,
@@ -37,6 +36,7 @@ from rspo.losses import (
     seq_mean_token_mean,
 )
 from rspo.models import load_balancing_loss, response_slice
+from rspo.phase_memory import return_cached_blocks
 from rspo.rollout import RolloutBatch
 from rspo.router import router_shift_ratio
 from rspo.train.memory import RowCache, merge_micro_metrics

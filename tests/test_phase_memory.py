@@ -1,11 +1,11 @@
-"""rspo.gpu_memory.phases: each phase's memory kept over a step (its largest value), reported as
+"""rspo.phase_memory: each phase's memory kept over a step (its largest value), reported as
 memory/<phase>/<what>_gib and started afresh each step; the first step's table beside the plan and the
 warning that names a phase measured over its plan by more than 5%; the CPU kind measures the process's
 resident memory (the trainer's own phases: tests/test_standin.py)."""
 
 import pytest
 
-from rspo.gpu_memory.phases import PHASES, HostMemory, PhaseMemory, host_allocation, host_context
+from rspo.phase_memory import PHASES, HostMemory, PhaseMemory, host_allocation, host_context
 
 
 class Fixed(PhaseMemory):
@@ -79,7 +79,7 @@ def test_a_sleeping_engines_reservation_is_not_read_as_memory_in_use(monkeypatch
     The phase peaked at 35 GiB; the earlier reading, peak reserved + (driver - reserved), said 45."""
     import torch
 
-    from rspo.gpu_memory.phases import GIB, CudaMemory
+    from rspo.phase_memory import GIB, CudaMemory
 
     stats = {"free": 50 * GIB, "total": 80 * GIB, "reserved": 40 * GIB, "peak_reserved": 45 * GIB}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
