@@ -200,11 +200,12 @@ def regime_families(
     prefixed ``<regime>-``; an optional ``<regime>.grid`` overlays those families' grid settings
     (e.g. other routing modes); an optional ``<regime>.seeds`` keeps only those of ``seeds`` (a regime
     whose outcomes need another number of seeds than the natural one's). Family ``<regime>_<name>``;
-    the mechanism pair follows plugin."""
+    the mechanism pair follows plugin. ``<regime>.default_target: false`` keeps the regime out of the
+    default target (``off_default_regimes``; rspo.plan.Plan reads it)."""
     st = preset.section(regime)
     if not isinstance(st, dict):
         raise _err(regime, "expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    keys = ["families", "grid", "note", "rl", "seeds"]
+    keys = ["default_target", "families", "grid", "note", "rl", "seeds"]
     unknown = sorted(set(st) - set(keys))
     if unknown:
         raise _err(f"{regime}.{unknown[0]}", f"unknown key; valid keys are {keys}")
@@ -213,6 +214,8 @@ def regime_families(
         raise _err(f"{regime}.seeds", f"expected a non-empty list of integers, got {own!r}")
     if not isinstance(st.get("rl"), dict) or not st["rl"]:
         raise _err(f"{regime}.rl", "expected a non-empty overlay of the rl section")
+    if not isinstance(st.get("default_target", True), bool):
+        raise _err(f"{regime}.default_target", f"expected true or false, got {st['default_target']!r}")
     source = families
     if st.get("grid"):
         grid = preset.grid()
@@ -234,6 +237,16 @@ def regime_families(
                 f"{regime}-{run}": {**ov, "regime": regime} for run, ov in source[name].items() if ov["seed"] in own
             }
     return out
+
+
+def off_default_regimes(preset: Preset) -> set[str]:
+    """The regimes whose section says ``default_target: false``: built by the whole grid or when a
+    selection names their own family (stress_plugin), never by a selection of grid families."""
+    return {
+        r
+        for r in REGIMES
+        if preset.has(r) and isinstance(preset.section(r), dict) and preset.section(r).get("default_target") is False
+    }
 
 
 def base_family(family: str) -> str:

@@ -41,7 +41,15 @@ from typing import Any
 
 from rspo import config as rcfg
 from rspo.config import TASKS, removed_reason
-from rspo.grid import CORRECTION_NAMES, REGIMES, all_runs, base_family, expand_grid, load_train_config
+from rspo.grid import (
+    CORRECTION_NAMES,
+    REGIMES,
+    all_runs,
+    base_family,
+    expand_grid,
+    load_train_config,
+    off_default_regimes,
+)
 from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
 from rspo.preset import Preset
 
@@ -244,8 +252,14 @@ class Plan:
         if default is not None and not full:
             # the default target: the named families in each regime (the mechanism pair follows
             # plugin; <regime>_<name> follows <name>); `full` builds the rest of the grid too
+            # a regime whose section says default_target: false only where its own family is named
             keep = set(default) | {k.removesuffix("plugin") + "mechanism" for k in default if k.endswith("plugin")}
-            families = {k: v for k, v in families.items() if k in keep or base_family(k) in keep or k == "main"}
+            off = off_default_regimes(self.spec)
+            families = {
+                k: v
+                for k, v in families.items()
+                if k in keep or k == "main" or (base_family(k) in keep and k.partition("_")[0] not in off)
+            }
         self.families = families
         rl = self.spec.rl_section()
         self.default_task = str((rl.get("data") or {}).get("task", rcfg.DataConfig.task))

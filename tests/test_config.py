@@ -91,7 +91,10 @@ def test_small_grid_trains_shared_runs_once():
     from rspo.plan import Plan
 
     assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism") == ["grpo-s0", "gmpo-rs0.8-s0"]
-    assert Plan(preset, seeds=[0]).figure_runs("fig6_mechanism_stress") == ["stress-grpo-s0", "stress-gmpo-rs0.8-s0"]
+    assert Plan(preset, seeds=[0], full=True).figure_runs("fig6_mechanism_stress") == [
+        "stress-grpo-s0",
+        "stress-gmpo-rs0.8-s0",
+    ]
     four_seeds = all_runs(Preset(preset), seeds=[0, 1, 2, 3])
     assert len(four_seeds) == count([0, 1, 2, 3])
 

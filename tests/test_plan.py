@@ -44,15 +44,22 @@ def test_small_mismatch_regime_runs_the_routing_rows_beyond_the_paper_under_an_f
     assert base.fingerprint() != natural.fingerprint()
 
 
-def test_the_default_selection_leaves_the_mismatch_regime_to_full_or_a_named_selection():
+def test_the_default_selection_leaves_the_mismatch_and_stress_regimes_to_full_or_a_named_selection():
     preset = small()
     default, full = Plan(preset), Plan(preset, full=True)
     assert not any(n.startswith("mismatch-") for n in default.runs)
     assert {f"mismatch-{m}-s0" for m in MISMATCH_METHODS} <= set(full.runs)
     assert full.available("fig9_mismatch_mismatch") and not default.available("fig9_mismatch_mismatch")
-    # a grid family name selects it in every regime that repeats it, a regime's family only there
+    # a grid family name selects it in every regime that repeats it, a regime's family only there;
+    # the stress regime says default_target: false, so a grid family's name leaves it out
+    assert preset["stress"]["default_target"] is False
+    assert not any(n.startswith("stress-") for n in default.runs) and "stress-grpo-s0" in full.runs
     routing = Plan(preset, families=["routing"])
-    assert {"routing", "stress_routing", "mismatch_routing"} <= set(routing.families)
+    assert {"routing", "mismatch_routing"} <= set(routing.families) and "stress_routing" not in routing.families
+    assert "stress_routing" in Plan(preset, families=["routing", "stress_routing"]).families
+    preset_on = copy.deepcopy(preset)
+    preset_on["stress"]["default_target"] = True
+    assert {"plugin", "mechanism", "stress_plugin", "stress_mechanism"} == set(Plan(preset_on).families)
     only = Plan(preset, families=["mismatch_routing"])
     assert set(only.families) == {"mismatch_routing"}
     stress = Plan(preset, families=["stress_plugin"])
@@ -77,6 +84,10 @@ def test_regime_sections_are_checked_with_the_key_that_is_wrong():
     bad = copy.deepcopy(preset)
     bad["mismatch"]["rl"] = {}
     with pytest.raises(ConfigError, match=r"mismatch.rl: expected a non-empty overlay"):
+        expand_grid(Preset(bad))
+    bad = copy.deepcopy(preset)
+    bad["stress"]["default_target"] = "no"
+    with pytest.raises(ConfigError, match=r"stress.default_target: expected true or false, got 'no'"):
         expand_grid(Preset(bad))
     bad = copy.deepcopy(preset)
     bad["mismatch"]["extra"] = 1
