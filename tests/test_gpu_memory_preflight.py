@@ -55,7 +55,21 @@ def check(line: dict, engine: str) -> None:
     __import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed: the real engine runs"
 )
 def test_without_vllm_the_step_runs_on_the_stand_in_engine_and_says_so(tmp_path):
-    check(preflight(smoke_for_vllm(tmp_path)), "stand-in (vLLM is not installed here)")
+    line = preflight(smoke_for_vllm(tmp_path))
+    check(line, "stand-in (vLLM is not installed here)")
+    # the stand-in decodes nothing: the step adds the rollout's floor at an H100's bandwidth (the
+    # default --gpu-gib) to the measured training part (the smoke model's floor rounds to 0.0 s)
+    assert line["rollout_s_floor"] is not None and line["rollout_s_floor"] >= 0
+    assert abs(line["step_s_estimate"] - line["train_s_estimate"] - line["rollout_s_floor"]) <= 0.11
+
+
+def test_a_preflight_finds_its_gpu_by_cudas_name_or_by_the_size_it_plans_for():
+    from rspo.gpu_memory.preflight import gpu_named
+
+    assert gpu_named("NVIDIA H100 80GB HBM3", 79.19) == "h100-80gb"
+    assert gpu_named("NVIDIA A100-SXM4-80GB", 79.2) == "a100-80gb"
+    assert gpu_named("", 79.19) == "h100-80gb" and gpu_named("", 40.0) == ""
+    assert gpu_named("NVIDIA L40S", 44.4) == ""
 
 
 def test_the_parity_gate_passes_agreement_and_refuses_a_mismatch_naming_it():

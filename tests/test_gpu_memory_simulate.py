@@ -44,6 +44,10 @@ def test_the_trainers_step_on_fake_tensors_agrees_with_the_plan_in_every_phase()
     assert set(sim) == set(plan) == set(PHASES) - {"evaluation"}
     for phase in sim:
         assert sim[phase] == pytest.approx(plan[phase], rel=0.05), (phase, sim[phase], plan[phase])
+    # the optimizer step holds the state, the gradients and AdamW's temporaries, nothing of the update:
+    # the last micro-batch's forward kept alive through it (bound to the update's local names) put it
+    # at 6.48 of the plan's 6.27 GiB here, and 60.76 of 57.34 on the whole model
+    assert sim["optimizer_step"] <= plan["optimizer_step"] * 1.01, (sim["optimizer_step"], plan["optimizer_step"])
     assert "sync" in r.stdout and "differs by" not in r.stdout
 
 

@@ -45,7 +45,15 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("plug-ins for other trainers (TRL)", ["rspo.integrations", "rspo.integrations.*"]),
     (
         "tasks and tracking, and the memory plan, shared by the programs",
-        ["rspo.tasks", "rspo.tasks.*", "rspo.tracking", "rspo.gpu_memory.shape", "rspo.gpu_memory.plan"],
+        [
+            "rspo.tasks",
+            "rspo.tasks.*",
+            "rspo.tracking",
+            "rspo.gpu_memory.shape",
+            "rspo.gpu_memory.plan",
+            "rspo.gpu_memory.verdict",
+            "rspo.gpu_memory.rollout_time",
+        ],
     ),
     (
         "the library's programs: what each command does",

@@ -10,8 +10,10 @@ It prints its verdict first, in words: whether the preset fits, its peak phase a
 is over or under, the workflow's advice when it does not fit, and the host memory per node against
 ``resources.train.mem_mb``. Then, per task of the preset and per phase (resume, engine start, rollout, old pass, update,
 optimizer step, sync, KV wake, checkpoint save, evaluation), each term in GiB with its formula,
-then one JSON line: ``{"preset", "gpu", "fits", "peak_gib", "peak_phase", "peak_task", "limit_gib",
-"phases": {phase: GiB}, "host_peak_gib", ...}``. ``--simulate`` also runs the trainer's own step on
+then the floor of each run's rollout time on a named GPU (rspo.gpu_memory.rollout_time: decoding at
+the memory-bandwidth roof, full-length responses), then one JSON line: ``{"preset", "gpu", "fits",
+"peak_gib", "peak_phase", "peak_task", "limit_gib", "phases": {phase: GiB}, "host_peak_gib", ...,
+"rollout_s_floor": {task: s}}``. ``--simulate`` also runs the trainer's own step on
 fake tensors (rspo.gpu_memory.simulate; torchrun presets) and prints each phase's simulated peak
 beside the plan's tensor terms; the JSON line then carries ``"simulated": {phase: GiB}`` and
 ``"planned_tensors": {phase: GiB}`` (the same phases; with ``--layers`` both are of the model cut to
@@ -26,9 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
-from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset, render, summary, verdict
+from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset
+from rspo.gpu_memory.rollout_time import rollout_time
+from rspo.gpu_memory.verdict import render, summary, verdict
 
 AGREEMENT = 0.05  # --simulate: a phase whose plan and simulation differ by more is named
 
@@ -67,9 +72,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rspo plan-memory: {e}", file=sys.stderr)
         return 2
     s = summary(Preset.load(args.preset).name, gpu, plans)
+    rollouts = [(p, rollout_time(p, gpu)) for p in plans]
+    s["rollout_s_floor"] = {}
+    for p, r in rollouts:
+        if r is not None and math.isfinite(r.seconds):
+            s["rollout_s_floor"][p.task] = max(s["rollout_s_floor"].get(p.task, 0.0), round(r.seconds, 1))
     if not args.json_only:
         print(verdict(s))
         print(render(plans))
+        said = set()
+        for p, r in rollouts:  # runs whose rollout is the same are said once, under the first's name
+            if r is not None and (p.task, r) not in said:
+                said.add((p.task, r))
+                print(f"task {p.task} (run {p.run}) {r.line()}")
     if args.simulate:
         if max(p.setup.world for p in plans) < 2:
             print("simulate: this preset trains in one process; run `rspo preflight` on a GPU instead", file=sys.stderr)

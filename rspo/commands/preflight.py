@@ -11,6 +11,7 @@ import sys
 
 from rspo.commands import add_overrides
 from rspo.gpu_memory import preflight
+from rspo.gpu_memory.plan import GPUS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--hub-dir", default="results/hub", help="where fetched hub models are (their config.json; default results/hub)"
     )
-    ap.add_argument("--gpu-gib", type=float, default=79.65, help="on a CPU: the GPU the plan is made for")
+    ap.add_argument(
+        "--gpu-gib",
+        type=float,
+        default=GPUS["h100-80gb"],
+        help="on a CPU: the GPU the plan is made for (default an H100 80GB as CUDA sees it)",
+    )
     ap.add_argument("--out", default=None, help="a scratch folder (default: a temporary one)")
     ap.add_argument("--stage", choices=preflight.STAGES, default=None, help=argparse.SUPPRESS)
     return ap
@@ -79,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {ph:16s} measured {got:8.2f}   planned {plan_v if plan_v is not None else '-':>8}")
     verdict = "fits" if result["fits"] else "does NOT fit"
     print(
-        f"  step {result['step_s_estimate']} s (estimated at full depth), run {result['run_h_estimate']} h; "
+        f"  step {result['step_s_estimate']} s (estimated at full depth"
+        + (
+            f": training {result['train_s_estimate']} s measured and scaled + rollout at least "
+            f"{result['rollout_s_floor']} s, the stand-in decoding nothing"
+            if result.get("rollout_s_floor") is not None
+            else ""
+        )
+        + f"), run {result['run_h_estimate']} h; "
         f"{verdict} ({result['margin_gib']} GiB to spare of {result['limit_gib']})"
     )
     gate = result["parity"]

@@ -25,15 +25,19 @@ tensor-parallel size; rspo.train.precision):
 - the vLLM engine: ``vllm_gpu_memory_utilization`` x the GPU while fully awake (vLLM reserves it:
   weights c x P / N, its activations, then KV cache); with rollout.vllm_sleep nothing from the
   release to the sync, its weights alone in the sync (woken with ``tags=["weights"]``; one gathered
-  layer of the training model streams into them), all of it again from the KV wake on;
+  layer of the training model streams into them), all of it again from the KV wake on. The same
+  gathered layer streams at the engine's start (it is built on dummy weights and loaded from the
+  training model while it holds its whole share) and in the final checkpoint's save after the last
+  step (planned in checkpoint_save, the larger of the two saves);
 - outside torch's tensors, every phase: the CUDA context, each NCCL communicator the job creates
   (counted from the code: ``nccl_communicators``), vLLM's all-reduce buffers (tensor parallel > 1),
-  its CUDA graph pool while the engine is awake (vLLM 0.32 sets it outside the engine's share;
-  ``sleep_mode_offload_cudagraph`` moves it to host memory while the engine sleeps;
+  its CUDA graph pool (inside the engine's share while the engine is awake: vLLM 0.32 profiles it
+  before it sizes the KV cache; ``sleep_mode_offload_cudagraph`` moves it to host memory while the
+  engine sleeps, and the weights' wake at the sync maps it back, beside the weights alone;
   rollout.vllm_enforce_eager removes it), and an allowance for the allocator's fragmentation. These
   are allowances taken from published measurements, not measured here: each says where it comes from.
 
-A plan fits when every phase's total is within the GPU's memory (nvidia-smi's total) and the engine
+A plan fits when every phase's total is within the GPU's memory (CUDA's total, ``GPUS``) and the engine
 holds its weights and one longest sequence's KV cache within its share. Host memory per node: every
 rank reads the checkpoint in its own dtype at start (before the resume), the offloaded state with
 model.cpu_offload, and each rank's old-router cache (pinned once, rspo.train.memory.HostBuffers).
@@ -54,12 +58,15 @@ from rspo.gpu_memory.shape import ModelShape, PlanError, dtype_bytes, model_shap
 from rspo.phase_memory import PHASES
 from rspo.preset import Preset
 
-__all__ = ["GPUS", "PlanError", "RunPlan", "Setup", "plan_preset", "plan_run", "planned_phases", "summary"]
+__all__ = ["GPUS", "PlanError", "RunPlan", "Setup", "kv_cache_tokens", "plan_preset", "plan_run", "planned_phases"]
 
 GIB = 2**30
-# nvidia-smi's memory.total of each GPU (GiB)
+# Each GPU's memory as CUDA reports it (torch.cuda.mem_get_info's total): what vLLM's share
+# (gpu_memory_utilization x total) and torch's allocator see; nvidia-smi's memory.total is larger
+# (81,559 MiB = 79.65 GiB on an H100 80GB, where CUDA gives 79.19). The A100 and H200 entries are
+# nvidia-smi's figures, not yet read through CUDA: give --gpu-gib the mem_get_info total there.
 GPUS: dict[str, float] = {
-    "h100-80gb": 79.65,  # 81,559 MiB (H100 SXM5 80GB)
+    "h100-80gb": 79.19,  # H100 SXM5 80GB: torch.cuda.mem_get_info total (nvidia-smi 81,559 MiB)
     "a100-80gb": 80.0,  # 81,920 MiB (A100 SXM4 80GB)
     "h200-141gb": 140.4,  # 143,771 MiB (H200 141GB)
 }
@@ -80,6 +87,9 @@ NCCL_COMM_GIB = 1.0  # per NCCL communicator: 0.54-0.69 GB per group on 4 x A100
 # ~1.6 GB for one on H100 with NVLS (NVIDIA/nccl#864); the GPU jobs set NCCL_NVLS_ENABLE=0
 VLLM_ALLREDUCE_GIB = 0.1  # vLLM's custom all-reduce: 8 MiB buffers + metadata + registered graph inputs
 CUDA_GRAPH_GIB = 1.5  # vLLM's CUDA graph pool for decode batch sizes up to 512 (reported 0.5-2 GiB)
+# vLLM 0.32 profiles the graphs' memory before it sizes the KV cache (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
+# on by default: v1/worker/gpu_worker.py subtracts it from gpu_memory_utilization x total)
+GRAPHS_IN_SHARE = "inside gpu_memory_utilization (vLLM 0.32 profiles it before sizing the KV cache)"
 FRAGMENTATION = 0.03  # of the tensors' bytes, with expandable_segments:True (verl, torchtitan set it)
 ENGINE_ACTIVATION_GIB = 2.0  # vLLM's own forward activations at its batch size, within its share
 EVAL_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization: an evaluation engine has the GPUs to itself
@@ -249,8 +259,9 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
         else:
             ph.add("vLLM engine (asleep)", 0.0, "rollout.vllm_sleep: weights and KV cache freed")
 
-    def runtime(ph: Phase, engine_awake: bool, engine_built: bool = True) -> None:
-        """What lives outside torch's tensors (allowances; see the constants)."""
+    def runtime(ph: Phase, engine: str, engine_built: bool = True) -> None:
+        """What lives outside torch's tensors (allowances; see the constants). ``engine``: what the
+        engine holds (all | weights | none), which decides where its CUDA graphs are."""
         ph.add("CUDA context", CUDA_CONTEXT_GIB * GIB, f"{CUDA_CONTEXT_GIB} GiB (allowance)", kind="runtime")
         n = len(comms) if engine_built else len(nccl_communicators(W, N, False))
         if n:
@@ -264,8 +275,15 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
             return
         if vllm and N > 1:
             ph.add("vLLM all-reduce buffers", VLLM_ALLREDUCE_GIB * GIB, f"{VLLM_ALLREDUCE_GIB} GiB", kind="runtime")
-        if graphs and engine_awake:
-            ph.add("vLLM CUDA graph pool", CUDA_GRAPH_GIB * GIB, f"{CUDA_GRAPH_GIB} GiB (allowance)", kind="runtime")
+        if graphs and engine == "all":
+            ph.add("vLLM CUDA graph pool (in the engine's share)", 0.0, GRAPHS_IN_SHARE, kind="runtime")
+        elif graphs and engine == "weights":
+            ph.add(
+                "vLLM CUDA graph pool (woken with the weights)",
+                CUDA_GRAPH_GIB * GIB,
+                f"{CUDA_GRAPH_GIB} GiB (allowance): wake_up(tags=['weights']) maps every non-deferrable tag back",
+                kind="runtime",
+            )
         elif graphs:
             ph.add(
                 "vLLM CUDA graph pool (offloaded)", 0.0, "sleep_mode_offload_cudagraph: in host memory", kind="runtime"
@@ -339,6 +357,10 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
     host_cache = per_node * rows_held * row * cache_per_token
 
     phases: dict[str, Phase] = {name: Phase(name) for name in PHASES if name != "evaluation"}
+    sync_layer = SYNC_LAYER_COPIES * c * model.layer_params  # a weight stream's peak (sync, first load, final save)
+    sync_layer_formula = (
+        f"{SYNC_LAYER_COPIES} x {c} B x {model.layer_params:.4g} (the largest layer, gathered and converted)"
+    )
 
     def adam_step(ph: Phase) -> None:
         """What the AdamW step allocates beyond the state: one process steps every tensor at once
@@ -358,7 +380,7 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
     ph = phases["resume"]  # DCP: a zero-gradient step allocates the optimizer state; no engine yet
     state(ph, grads=True)
     adam_step(ph)
-    runtime(ph, engine_awake=False, engine_built=False)
+    runtime(ph, "none", engine_built=False)
     ph.add(
         "checkpoints read at start (node)", host_load, f"{per_node} ranks x {P:.4g} x {model.ckpt_bytes} B", host=True
     )
@@ -366,7 +388,11 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
         ph = phases[name]
         state(ph, grads=False)
         engine(ph, "all")
-        runtime(ph, engine_awake=True)
+        runtime(ph, "all")
+    # the engine starts on dummy weights; its real ones come from the training model as every later
+    # sync's do (rspo.rollout.vllm), while it holds its whole share
+    if vllm:
+        phases["engine_start"].add("a gathered layer (the engine's first load)", sync_layer, sync_layer_formula)
     if ro.backend == "hf":
         kv = model.kv_bytes_per_token(c, 1) * (sc.prompts_per_step * G // W) * row
         phases["rollout"].add("generation KV cache", kv, f"{model.kv_bytes_per_token(c, 1)} B/token x rows x {row}")
@@ -376,7 +402,7 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
         engine(ph, "none" if sleep else "all")
         forward_terms(ph, backward)
         peak_terms(ph, backward)
-        runtime(ph, engine_awake=not sleep)
+        runtime(ph, "none" if sleep else "all")
         ph.add(
             "old-router caches (node)",
             host_cache,
@@ -387,21 +413,20 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
     state(ph, grads=not offload)
     engine(ph, "none" if sleep else "all")
     adam_step(ph)
-    runtime(ph, engine_awake=not sleep)
+    runtime(ph, "none" if sleep else "all")
     ph = phases["sync"]  # gradients released; the weights awake; one gathered layer streams in
     state(ph, grads=False)
     engine(ph, "weights" if sleep else "all")
-    ph.add(
-        "a gathered layer (sync)",
-        SYNC_LAYER_COPIES * c * model.layer_params,
-        f"{SYNC_LAYER_COPIES} x {c} B x {model.layer_params:.4g} (the largest layer, gathered and converted)",
-    )
-    runtime(ph, engine_awake=not sleep)
+    ph.add("a gathered layer (sync)", sync_layer, sync_layer_formula)
+    runtime(ph, "weights" if sleep else "all")
     for name in ("kv_wake", "checkpoint_save"):
         ph = phases[name]
         state(ph, grads=False)
         engine(ph, "all")
-        runtime(ph, engine_awake=True)
+        runtime(ph, "all")
+    # the larger of the two saves: the sharded checkpoint (no gather) and, after the last step, the
+    # final Hugging Face checkpoint, streamed through the sync's gathers (rspo.train.checkpoint)
+    phases["checkpoint_save"].add("a gathered layer (the final checkpoint)", sync_layer, sync_layer_formula)
     out = list(phases.values())
     short = []
 
@@ -409,11 +434,12 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
         """An engine holds its weights, one longest sequence's KV cache and its activations in its share."""
         weights = c * P / tp
         kv = model.kv_bytes_per_token(c, tp) * seq
-        need = weights + kv + ENGINE_ACTIVATION_GIB * GIB
-        tokens = max(0.0, share - weights - ENGINE_ACTIVATION_GIB * GIB) / model.kv_bytes_per_token(c, tp)
+        need = weights + kv + ENGINE_ACTIVATION_GIB * GIB + (CUDA_GRAPH_GIB * GIB if graphs else 0.0)
+        tokens = kv_cache_tokens(model, c, tp, share, graphs)
         notes.append(
             f"{label} engine: weights {weights / GIB:.2f} GiB (P x {c} B / tensor parallel {tp}) + one {seq}-token "
-            f"sequence's KV {kv / GIB:.2f} GiB + {ENGINE_ACTIVATION_GIB} GiB activations = {need / GIB:.2f} GiB of its "
+            f"sequence's KV {kv / GIB:.2f} GiB + {ENGINE_ACTIVATION_GIB} GiB activations"
+            f"{f' + {CUDA_GRAPH_GIB} GiB CUDA graphs' if graphs else ''} = {need / GIB:.2f} GiB of its "
             f"{share / GIB:.2f} GiB; KV cache for about {tokens / 1e6:.2f}M tokens"
         )
         if need > share:
@@ -440,7 +466,7 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
                     kind="runtime",
                 )
                 ev.add("vLLM all-reduce buffers", VLLM_ALLREDUCE_GIB * GIB, f"{VLLM_ALLREDUCE_GIB} GiB", kind="runtime")
-            ev.add("vLLM CUDA graph pool", CUDA_GRAPH_GIB * GIB, f"{CUDA_GRAPH_GIB} GiB (allowance)", kind="runtime")
+            ev.add("vLLM CUDA graph pool (in the engine's share)", 0.0, GRAPHS_IN_SHARE, kind="runtime")
             out.append(ev)
             engine_fits(
                 "evaluation",
@@ -452,6 +478,14 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
         if any(t.kind == "tensor" and t.bytes for t in ph.terms):
             fragmentation(ph)
     return RunPlan(task, cfg.run_name, cfg, model, setup, out, notes, "; ".join(short))
+
+
+def kv_cache_tokens(model: ModelShape, c: int, tp: int, share: float, graphs: bool) -> float:
+    """Tokens an engine's KV cache holds: its share less its weights, its activations and (captured)
+    its CUDA graphs, over the KV bytes of a token on one of its GPUs (rspo.gpu_memory.rollout_time
+    reads the same number)."""
+    rest = share - c * model.params / tp - ENGINE_ACTIVATION_GIB * GIB - (CUDA_GRAPH_GIB * GIB if graphs else 0.0)
+    return max(0.0, rest) / model.kv_bytes_per_token(c, tp)
 
 
 # ------------------------------------------------------------------------------ a preset, a running trainer
@@ -509,78 +543,3 @@ def planned_phases(cfg, dist, gpu_bytes: int) -> dict[str, float] | None:
         return None
     setup = Setup(gpu_gib=gpu_bytes / GIB, world=dist.world_size, per_node=dist.local_world_size)
     return {ph.name: ph.total / GIB for ph in plan_run(cfg, shape, setup).phases}
-
-
-def summary(preset_name: str, gpu: str, plans: list[RunPlan]) -> dict[str, Any]:
-    """The JSON line: fits, the peak phase, each phase's largest total over the preset's runs."""
-    worst = max(plans, key=lambda p: p.peak.total)
-    host = max(ph.host_total for p in plans for ph in p.phases)
-    short = [p.engine_short for p in plans if p.engine_short]
-    host_short = [p for p in plans if p.host_peak > p.setup.host_limit_gib * GIB]
-    phases: dict[str, float] = {}
-    for p in plans:
-        for ph in p.phases:
-            phases[ph.name] = round(max(phases.get(ph.name, 0.0), ph.total / GIB), 2)
-    return {
-        "preset": preset_name,
-        "gpu": gpu,
-        "fits": all(p.fits for p in plans),
-        "peak_gib": round(worst.peak.total / GIB, 2),
-        "peak_phase": worst.peak.name,
-        "peak_task": worst.task,
-        "limit_gib": round(worst.limit_gib, 2),
-        "phases": phases,
-        "host_peak_gib": round(host / GIB, 1),
-        "host_limit_gib": round(min(p.setup.host_limit_gib for p in plans), 1),
-        "engine": short[0] if short else "ok",
-        "host": "ok" if not host_short else f"needs {host_short[0].host_peak / GIB:.0f} GiB of host memory per node",
-    }
-
-
-def render(plans: list[RunPlan]) -> str:
-    lines = []
-    for p in plans:
-        m = p.model
-        lines.append(
-            f"== task {p.task} (run {p.run}), model {m.name}: {m.params / 1e9:.3f}B params, {m.layers} layers "
-            f"({m.moe_layers} MoE, {m.experts} experts, top-{m.top_k}), vocab {m.vocab}"
-        )
-        for note in p.notes:
-            lines.append(f"   {note}")
-        for ph in p.phases:
-            lines.append(f"  -- {ph.name}: {ph.total / GIB:.2f} GiB of {p.limit_gib:.2f} per GPU")
-            for t in ph.terms:
-                lines.append(f"     {t.bytes / GIB:8.2f} GiB  {t.name:40s} {t.formula}")
-            if ph.host:
-                lines.append(f"     host per node: {ph.host_total / GIB:.1f} GiB")
-                for t in ph.host:
-                    lines.append(f"     {t.bytes / GIB:8.2f} GiB  {t.name:40s} {t.formula}")
-    return "\n".join(lines)
-
-
-def verdict(s: dict[str, Any]) -> str:
-    """The plan's verdict in words (``s``: ``summary``): fits or not, the peak phase and by how much,
-    the workflow's advice when it does not fit, and the host memory against its limit."""
-    gpu = f"{s['peak_gib']} of {s['limit_gib']} GiB per GPU on {s['gpu']}"
-    host = f"host memory per node: {s['host_peak_gib']} of {s['host_limit_gib']} GiB (resources.train.mem_mb)"
-    if s["fits"]:
-        spare = round(s["limit_gib"] - s["peak_gib"], 2)
-        peak = f"the {s['peak_phase']} phase of task {s['peak_task']}"
-        return f"fits: the peak is {peak}, {gpu} ({spare} GiB to spare); {host}"
-    over = round(s["peak_gib"] - s["limit_gib"], 2)
-    by = f" ({over} GiB over)" if over > 0 else ""
-    return f"does not fit{by}: {advice(s)}; {host}"
-
-
-def advice(s: dict[str, Any]) -> str:
-    """What to change when a plan does not fit (the workflow's message)."""
-    if s.get("host", "ok") != "ok" and s["peak_gib"] <= s["limit_gib"] and s.get("engine", "ok") == "ok":
-        return f"the train job {s['host']}, resources.train.mem_mb gives {s['host_limit_gib']} GiB: raise it"
-    if s.get("engine", "ok") != "ok" and s["peak_gib"] <= s["limit_gib"]:
-        return f"{s['engine']} on {s['gpu']}: raise rollout.tensor_parallel_size or rollout.vllm_gpu_memory_utilization"
-    return (
-        f"the {s['peak_phase']} phase of task {s['peak_task']} needs {s['peak_gib']} GiB per GPU, {s['limit_gib']} GiB "
-        f"are on {s['gpu']}: lower schedule.max_tokens_per_micro_batch, set model.logits_chunk_tokens and "
-        "model.gradient_checkpointing, raise rollout.tensor_parallel_size, set rollout.vllm_sleep, lower "
-        "rollout.vllm_gpu_memory_utilization or set model.cpu_offload"
-    )

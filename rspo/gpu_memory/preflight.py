@@ -21,6 +21,9 @@ the plan's difference between the full and the cut model), and printed beside th
 model. The step's time is scaled by full depth / cut depth (the forwards, the decoding and the sync
 grow with the layers; the engine start is left out): a first estimate of a step and of the run
 (schedule.total_steps steps; the train rule's job limit and resubmissions: rspo.train.time_limit).
+With the stand-in engine, which decodes nothing, the step's rollout is the floor of
+rspo.gpu_memory.rollout_time instead (decoding at the GPU's memory bandwidth, full-length
+responses; ``rollout_s_floor``), added to the measured training part (``train_s_estimate``).
 Parity gate: the steps also measure how far the engine's policy is from the trainer's on the
 engine's own samples (``rollout_corr/k3_kl``, the k3 estimate of KL(engine || trainer), and, where
 the engine reports its routing, ``rollout_corr/routing_agreement``: rspo.losses.mismatch_metrics).
@@ -38,13 +41,15 @@ Exit status of ``rspo preflight``: 0 when the step ran (the memory verdict is pr
 1 when a stage failed, 2 for a missing input or a malformed preset, 3 when the parity gate refused.
 
 The last line is JSON: ``{"preset", "device", "engine", "layers", "fits", "measured": {phase: GiB},
-"planned": {phase: GiB}, "margin_gib", "step_s_estimate", "run_h_estimate", "parity": {"k3_kl",
+"planned": {phase: GiB}, "margin_gib", "train_s_estimate", "rollout_s_floor", "step_s_estimate",
+"run_h_estimate", "parity": {"k3_kl",
 "routing_agreement", "threshold", "ok"}}``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -154,6 +159,7 @@ def _standin_factory(cfg, config):
             response_tokens=cfg.rollout.max_new_tokens,
             dtype=getattr(torch, cfg.model.dtype),
             sleep=cfg.rollout.vllm_sleep,
+            model=trainer.model,
         )
 
     return factory
@@ -169,12 +175,23 @@ def launch_stage(stage: str, args, world: int, argv: list[str]) -> None:
         raise RuntimeError(f"rspo preflight: the {stage} stage failed (exit {r.returncode}); its log is above")
 
 
+def gpu_named(device_name: str, gpu_gib: float) -> str:
+    """The GPU of rspo.gpu_memory.plan.GPUS a preflight runs on (by CUDA's device name) or plans for
+    (on a CPU: the entry of that size); "" for any other."""
+    from rspo.gpu_memory.plan import GPUS
+
+    if device_name:
+        return next((name for name in GPUS if name.split("-")[0] in device_name.lower()), "")
+    return next((name for name, gib in GPUS.items() if math.isclose(gib, gpu_gib)), "")
+
+
 def report(args, world: int) -> dict[str, Any]:
     """Both stages' measurements, scaled to the full depth, beside the full model's plan."""
     import psutil
 
     from rspo.config import load_preset
     from rspo.gpu_memory.plan import plan_run, preset_setup
+    from rspo.gpu_memory.rollout_time import rollout_time
     from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
     from rspo.gpu_memory.simulate import task_inputs
     from rspo.preset import Preset
@@ -188,21 +205,28 @@ def report(args, world: int) -> dict[str, Any]:
             measured_cut[ph] = max(measured_cut.get(ph, 0.0), v)
     import torch
 
-    gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else args.gpu_gib
+    props = torch.cuda.get_device_properties(0) if device == "cuda" else None
+    gpu_gib = props.total_memory / GIB if props else args.gpu_gib
+    device_name = props.name if props else ""
     limit = gpu_gib if device == "cuda" else psutil.virtual_memory().total / GIB
     setup = preset_setup(load_preset(args.preset), gpu_gib)
 
     def plan(layers: int):
         cfg, config, _ = task_inputs(args.preset, args.task, args.hub_dir, layers, args.overrides)
         shape = shape_from_config("model", config, dtype_bytes(str(getattr(config, "dtype", None) or "float32")))
-        return {ph.name: ph.total / GIB for ph in plan_run(cfg, shape, setup, args.task).phases}, cfg, config
+        run_plan = plan_run(cfg, shape, setup, args.task)
+        return {ph.name: ph.total / GIB for ph in run_plan.phases}, cfg, config, run_plan
 
-    full, cfg, config = plan(0)
-    cut, _, _ = plan(args.layers)
+    full, cfg, config, full_plan = plan(0)
+    cut, _, _, _ = plan(args.layers)
     measured = {ph: round(v + full.get(ph, 0.0) - cut.get(ph, 0.0), 2) for ph, v in measured_cut.items()}
     full_layers = int(config.num_hidden_layers)
     scale = full_layers / max(1, args.layers)
-    step_s = sum(v for ph, v in stages[1]["seconds"].items() if ph != "engine_start") * scale
+    train_s = sum(v for ph, v in stages[1]["seconds"].items() if ph != "engine_start") * scale
+    # the stand-in decodes nothing: its rollout is the floor at the GPU's memory bandwidth instead
+    floor = rollout_time(full_plan, gpu_named(device_name, gpu_gib)) if engine.startswith("stand-in") else None
+    rollout_s = floor.seconds if floor is not None and math.isfinite(floor.seconds) else None
+    step_s = train_s + (rollout_s or 0.0)
     peak = max(measured.values())
     return {
         "preset": Preset.load(args.preset).name,
@@ -216,6 +240,8 @@ def report(args, world: int) -> dict[str, Any]:
         "measured_at_cut_depth": {k: round(v, 2) for k, v in measured_cut.items()},
         "planned": {k: round(v, 2) for k, v in full.items() if k in measured},
         "margin_gib": round(limit - peak, 2),
+        "train_s_estimate": round(train_s, 1),
+        "rollout_s_floor": None if rollout_s is None else round(rollout_s, 1),
         "step_s_estimate": round(step_s, 1),
         "run_h_estimate": round(step_s * cfg.schedule.total_steps / 3600, 1),
         "world_size": world,

@@ -351,6 +351,7 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
 
     from rspo.gpu_memory.shape import dtype_bytes
     from rspo.rollout.standin import StandInBackend, StandInEngine
+    from rspo.rollout.vllm import checkpoint_weights
     from rspo.train.trainer import Trainer
 
     if world < 2:
@@ -381,6 +382,7 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
                 dtype=getattr(torch, cfg.model.dtype),
                 sleep=cfg.rollout.vllm_sleep,
                 batch_device=torch.device("cpu"),  # fake device tensors have no values to read
+                model=trainer.model,
             )
 
         peaks: dict[str, float] = {}
@@ -405,6 +407,11 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
                         if k == 0 and steps > 1:  # the first step warms the fake machinery up (module docstring)
                             memory.peaks = {ph: v for ph, v in memory.peaks.items() if ph == "engine_start"}
                     trainer.save_checkpoint()
+                    # the final checkpoint's device side, after the last step: the layer gathers that
+                    # write_hf_checkpoint streams to the host (its files are host work: not simulated)
+                    with memory.phase("checkpoint_save"):
+                        for _ in checkpoint_weights(trainer.model, getattr(torch, cfg.model.dtype)):
+                            pass
                 memory.stop()
                 for k, v in memory.peaks.items():
                     peaks[k] = max(peaks.get(k, 0.0), v)

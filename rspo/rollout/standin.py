@@ -15,7 +15,8 @@ none of them a stop token, so every position is trained on (the most memory the 
 updates can need), with random token ids. ``sync_weights`` wakes the weights and streams the
 training model's weights through the generator the vLLM backend hands its engine
 (``checkpoint_weights``: one gathered decoder layer at a time, each shard cast to the engine's
-dtype first), so the sync holds what the real one holds.
+dtype first), so the sync holds what the real one holds; given the ``model``, the backend streams it
+once when it is built, as the vLLM backend loads an engine built on dummy weights.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class StandInBackend:
         sleep: bool,
         seed: int = 0,
         batch_device: torch.device | None = None,
+        model=None,
     ) -> None:
         self.tokenizer = tokenizer
         self.engine = engine
@@ -86,6 +88,8 @@ class StandInBackend:
         self.ordinary = [i for i in range(len(tokenizer)) if i not in special]  # ids that end no response
         self.rng = random.Random(seed)
         self.last_sync_s = 0.0
+        if model is not None:  # as the vLLM backend at its build: dummy weights, then the model's streamed in
+            self._stream(model)
 
     def generate(
         self,
@@ -124,10 +128,13 @@ class StandInBackend:
         """Wake the weights, then stream the training model's layers as the vLLM backend does."""
         import time
 
-        from rspo.rollout.vllm import checkpoint_weights
-
         t0 = time.perf_counter()
         self.sleeper.wake_weights()
+        self._stream(model)
+        self.last_sync_s = time.perf_counter() - t0
+
+    def _stream(self, model) -> None:
+        from rspo.rollout.vllm import checkpoint_weights
+
         for _name, _tensor in checkpoint_weights(model, self.dtype):
             pass  # the engine's loader copies each tensor into its weights; nothing else stays
-        self.last_sync_s = time.perf_counter() - t0

@@ -195,6 +195,11 @@ def update_mini_batch(t, st: StepTensors, mb: torch.Tensor, *, record: bool) -> 
                     w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
                     for k, v in m.items():
                         metrics[k].append((v, *w))
+                # the micro-batch's forward (its outputs hold each layer's hidden states, those the
+                # graph kept) must not outlive its backward: bound to these names, the last one's
+                # stayed on the device through the clip and the optimizer step, 1 B per layer
+                # parameter of the shard (found by the simulation: rspo.gpu_memory.simulate)
+                del out, loss, scaled
         with t.memory.phase("optimizer_step"):
             params = [p for p in t.model.parameters() if p.grad is not None and p.numel()]
             grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))

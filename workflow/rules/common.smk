@@ -186,11 +186,12 @@ def base_marker(task):
 
 def _check_memory():
     """A preset that trains on GPUs is planned against the GPU it will get (`--config gpu=NAME`,
-    default h100-80gb, or `--config gpu_gib=N` for any other card: its memory in GiB, nvidia-smi's
-    memory.total / 1024) before any job is submitted: a plan that does not fit stops here, naming
+    default h100-80gb, or `--config gpu_gib=N` for any other card: its memory in GiB as CUDA reports
+    it, torch.cuda.mem_get_info()'s total / 2**30) before any job is submitted: a plan that does not fit stops here, naming
     the phase, the numbers and the settings to change (rspo/gpu_memory/plan.py). `--config
     skip_memory_check=true` runs it anyway."""
-    from rspo.gpu_memory.plan import GPUS, advice, plan_preset, summary
+    from rspo.gpu_memory.plan import GPUS, plan_preset
+    from rspo.gpu_memory.verdict import advice, summary
 
     if "gpu_gib" in config:  # a number > 0 (workflow/schemas/config.schema.yaml)
         if "gpu" in config:
