@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import signal
 
+    from rspo.gpu_memory.plan import planned_phases
     from rspo.train.time_limit import EXIT_TIME_LIMIT, TimeLimit, job_process_start
     from rspo.train.trainer import Trainer
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     # under torchrun, an error on one rank ends every rank promptly, the failing one named in the log
     with fail_together(Dist.from_env(), "rspo train", lambda: f"at step {trainer.step}" if trainer else "at start"):
         try:
-            trainer = Trainer(cfg, args.out, tracker_factory=factory, quiet=args.quiet)
+            trainer = Trainer(cfg, args.out, tracker_factory=factory, quiet=args.quiet, memory_plan=planned_phases)
         except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
             print(f"rspo train: {e}", file=sys.stderr)
             return 2

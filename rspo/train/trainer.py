@@ -126,12 +126,17 @@ class Trainer:
         random_weights: bool = False,
         backend_factory=None,
         memory: PhaseMemory | None = None,
+        memory_plan=None,
     ) -> None:
         """``dist``, ``random_weights``, ``backend_factory`` and ``memory`` are for measuring and
         simulating the step (rspo.gpu_memory.preflight, .simulate): a given process group view, the
         model built from its config.json with random weights instead of read, another rollout
-        backend (``backend_factory(trainer)``), another way to measure each phase's memory."""
+        backend (``backend_factory(trainer)``), another way to measure each phase's memory.
+        ``memory_plan(cfg, dist, gpu_bytes) -> {phase: GiB} | None``: the plan the first step's
+        memory is printed beside on a GPU (the train command passes rspo.gpu_memory.plan's
+        ``planned_phases``; the planner sits above the trainer)."""
         self.cfg = cfg
+        self.memory_plan = memory_plan
         self.quiet = quiet  # no progress lines (rspo.progress) when True
         self.folder = RunFolder(out_dir, cfg.fingerprint())
         self.out = self.folder.out
@@ -522,10 +527,9 @@ class Trainer:
         """The first step's memory per phase, beside the plan's totals on a GPU (rank 0 prints; a
         warning names each phase measured over its plan by more than 5%)."""
         planned = None
-        if self.device.type == "cuda":
-            from rspo.gpu_memory.plan import planned_phases
-
-            planned = planned_phases(self.cfg, self.dist, torch.cuda.get_device_properties(self.device).total_memory)
+        if self.device.type == "cuda" and self.memory_plan is not None:
+            gpu_bytes = torch.cuda.get_device_properties(self.device).total_memory
+            planned = self.memory_plan(self.cfg, self.dist, gpu_bytes)
         if self.dist.is_main and not self.quiet:
             print(f"[train {self.cfg.run_name}] memory of the first step per phase (GiB):", flush=True)
             print(self.memory.table(self.memory.first, planned), flush=True)
