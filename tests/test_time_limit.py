@@ -38,8 +38,8 @@ def test_a_run_stopped_before_its_limit_resumes_to_the_uninterrupted_run(tmp_pat
     Trainer(cfg, tmp_path / "ref", task=digit_task()).run()
     stops = []
     for _ in range(5):
-        tr = Trainer(cfg, tmp_path / "run", task=digit_task())
-        tr.time_limit = TimeLimit(tr.dist, limit_s=1e-3)  # every step overruns: one step per job
+        # a limit of 1 ms from the job's start: every step overruns, one step per job
+        tr = Trainer(cfg, tmp_path / "run", task=digit_task(), job_limit=(1e-3, 0.0))
         final = tr.run()
         stops.append(final.get("stopped"))
         if "stopped" not in final:
@@ -118,8 +118,7 @@ def test_rspo_launch_passes_a_time_limit_stop_on_as_75_where_torchrun_exits_1(tm
 def test_a_resumed_run_removes_the_save_a_killed_job_left(tmp_path):
     assets = make_train_assets(tmp_path / "assets")
     cfg = make_cfg(assets, algo="gmpo", router_shift=True)
-    tr = Trainer(cfg, tmp_path / "run", task=digit_task())
-    tr.time_limit = TimeLimit(tr.dist, limit_s=1e-3)
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task(), job_limit=(1e-3, 0.0))
     assert tr.run().get("stopped") == "time limit"
     left = tmp_path / "run" / "checkpoints" / ".tmp_step_000002"  # a save killed halfway
     (left / "state").mkdir(parents=True)

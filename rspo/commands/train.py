@@ -121,10 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [(cfg.model.path, "model"), (cfg.data.train_path, "data")]
     if refuse_missing("train", inputs + [(p, "data") for p in cfg.data.val_paths.values()]):
         return 2
-    import signal
 
     from rspo.gpu_memory.plan import planned_phases
-    from rspo.train.time_limit import EXIT_TIME_LIMIT, TimeLimit, job_process_start
+    from rspo.train.time_limit import EXIT_TIME_LIMIT, job_process_start
     from rspo.train.trainer import Trainer
 
     factory = None
@@ -151,14 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     # under torchrun, an error on one rank ends every rank promptly, the failing one named in the log
     with fail_together(Dist.from_env(), "rspo train", lambda: f"at step {trainer.step}" if trainer else "at start"):
         try:
-            trainer = Trainer(cfg, args.out, tracker_factory=factory, quiet=args.quiet, memory_plan=planned_phases)
+            trainer = Trainer(
+                cfg,
+                args.out,
+                tracker_factory=factory,
+                quiet=args.quiet,
+                memory_plan=planned_phases,
+                # stop cleanly before the job's limit, counted from the job's start, or at SIGUSR1
+                job_limit=(args.time_limit_min * 60, args.stop_margin_min * 60),
+            )
         except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
             print(f"rspo train: {e}", file=sys.stderr)
             return 2
-        # stop cleanly before the job's limit, counted from the job's start (rspo.train.time_limit), or
-        # when SIGUSR1 arrives
-        trainer.time_limit = TimeLimit.for_job(trainer.dist, args.time_limit_min * 60, args.stop_margin_min * 60)
-        trainer.time_limit.watch(signal.SIGUSR1)
         if trainer.dist.is_main:
             left = trainer.time_limit.remaining_s()
             deadline = (

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,7 @@ class Trainer:
         backend_factory=None,
         memory: PhaseMemory | None = None,
         memory_plan=None,
+        job_limit: tuple[float, float] | None = None,
     ) -> None:
         """``dist``, ``random_weights``, ``backend_factory`` and ``memory`` are for measuring and
         simulating the step (rspo.gpu_memory.preflight, .simulate): a given process group view, the
@@ -134,7 +136,9 @@ class Trainer:
         backend (``backend_factory(trainer)``), another way to measure each phase's memory.
         ``memory_plan(cfg, dist, gpu_bytes) -> {phase: GiB} | None``: the plan the first step's
         memory is printed beside on a GPU (the train command passes rspo.gpu_memory.plan's
-        ``planned_phases``; the planner sits above the trainer)."""
+        ``planned_phases``; the planner sits above the trainer). ``job_limit`` = (limit_s, margin_s):
+        stop cleanly ``margin_s`` before the job's limit, counted from the job's start, or when
+        SIGUSR1 arrives (rspo.train.time_limit; the train command passes its flags); none without."""
         self.cfg = cfg
         self.memory_plan = memory_plan
         self.quiet = quiet  # no progress lines (rspo.progress) when True
@@ -202,7 +206,9 @@ class Trainer:
         self._host_buffers = HostBuffers(pin=self.device.type == "cuda")  # the router cache's, pinned once
         self._last_logged: dict[str, float] = {}
         self.last_batch: RolloutBatch | None = None  # the last step's rollout (benchmarks read it)
-        self.time_limit = TimeLimit(self.dist)  # none unless rspo train gives one (rspo.train.time_limit)
+        self.time_limit = TimeLimit.for_job(self.dist, *job_limit) if job_limit else TimeLimit(self.dist)
+        if job_limit:
+            self.time_limit.watch(signal.SIGUSR1)
         # A resumed run loads its checkpoint before the engine exists: DCP's load allocates the
         # optimizer state through a zero-gradient step (parameters, gradients and Adam's moments at
         # once), which must not meet an awake engine (rspo.gpu_memory.plan, phase resume).
