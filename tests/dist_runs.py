@@ -80,6 +80,14 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
+# Metrics whose value is float32 rounding itself when engine and trainer agree: chi2 is e^(2r) - 1
+# over ratios r equal to 0 up to rounding (|value| ~ 1e-6; chi2_seq sums r over a response first),
+# so the order of a reduction moves it by about its own size (one process vs two ranks on a 2-core
+# EPYC: -1.01e-6 vs +0.33e-6 at step 3 of the rollout-replay run). 1e-5 is still far below any
+# mismatch they are read for (the FP8 engine's k3 KL alone is 8e-4 to 5e-3).
+NEAR_ZERO = {"rollout_corr/chi2_seq": 1e-5, "rollout_corr/chi2_token": 1e-5}
+
+
 def assert_same_run(
     a: Path,
     b: Path,
@@ -95,7 +103,8 @@ def assert_same_run(
     for x, y in zip(ra, rb):
         assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
         for k in set(x) - set(ignore):
-            assert x[k] == pytest.approx(y[k], rel=rel, abs=1e-6), (x["step"], k, x[k], y[k])
+            near = NEAR_ZERO.get(k, 1e-6)
+            assert x[k] == pytest.approx(y[k], rel=rel, abs=near), (x["step"], k, x[k], y[k])
     # weights move by ~0.2 at this learning rate; reduction-order noise through Adam leaves ~3e-5
     assert_weights_close(weights(a / "final"), weights(b / "final"), rtol=1e-3, atol=atol)
 
