@@ -116,12 +116,12 @@ def test_the_command_says_its_verdict_first_and_exits_1_when_a_preset_does_not_f
     assert cli.main(["--preset", preset, "--gpu-gib", "40"]) == 1
     lines = capsys.readouterr().out.strip().splitlines()
     first = lines[0]
-    assert first.startswith("does not fit (35.7 GiB over): the update phase of task math needs 75.7 GiB per GPU")
+    assert first.startswith("does not fit (35.9 GiB over): the update phase of task math needs 75.9 GiB per GPU")
     assert "max_tokens_per_micro_batch" in first and "host memory per node: 455.0 of 878.9 GiB" in first
     assert lines[-2] == first and json.loads(lines[-1])["fits"] is False
     assert cli.main(["--preset", preset, "--gpu", "h100-80gb"]) == 0
     fits = capsys.readouterr().out.splitlines()[0]
-    assert fits.startswith("fits: the peak is the evaluation phase of task math, 76.11 of 79.19 GiB per GPU")
+    assert fits.startswith("fits: the peak is the evaluation phase of task math, 76.31 of 79.19 GiB per GPU")
 
 
 def test_a_hub_model_without_a_config_is_a_clear_error(tmp_path):

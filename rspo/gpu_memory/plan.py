@@ -82,7 +82,8 @@ LOGIT_BYTES_OLD = 15.2  # ... in the no-grad old pass, with the entropy
 SYNC_LAYER_COPIES = 2.0  # a sync holds a gathered layer in the compute dtype and its checkpoint-format copy
 ADAM_TEMPORARIES = 2.5  # the per-tensor AdamW step (foreach=False under FSDP2): temporaries of one fp32 shard
 # Allowances (published or read in the sources, not measured here):
-CUDA_CONTEXT_GIB = 0.6  # CUDA 12 context with lazy module loading, per process and GPU
+CUDA_CONTEXT_GIB = 0.8  # the CUDA context with its kernels loaded and their workspaces, per process and GPU:
+# the smoke model on one H100 (torch 2.11, hf backend, bf16; tensors of a few MiB) measured 0.83 GiB
 NCCL_COMM_GIB = 1.0  # per NCCL communicator: 0.54-0.69 GB per group on 4 x A100 (NVIDIA/nccl#964),
 # ~1.6 GB for one on H100 with NVLS (NVIDIA/nccl#864); the GPU jobs set NCCL_NVLS_ENABLE=0
 VLLM_ALLREDUCE_GIB = 0.1  # vLLM's custom all-reduce: 8 MiB buffers + metadata + registered graph inputs
