@@ -242,11 +242,8 @@ def regime_families(
 def off_default_regimes(preset: Preset) -> set[str]:
     """The regimes whose section says ``default_target: false``: built by the whole grid or when a
     selection names their own family (stress_plugin), never by a selection of grid families."""
-    return {
-        r
-        for r in REGIMES
-        if preset.has(r) and isinstance(preset.section(r), dict) and preset.section(r).get("default_target") is False
-    }
+    sections = {r: preset.section(r) for r in REGIMES}  # None where the preset has no such section
+    return {r for r, st in sections.items() if isinstance(st, dict) and st.get("default_target") is False}
 
 
 def base_family(family: str) -> str:
