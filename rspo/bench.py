@@ -102,12 +102,10 @@ def run_bench(
         progress = Progress("bench", total=steps + 1, unit="round", quiet=quiet, every=1)
         for tr in trainers.values():  # warm-up step each (allocations, first-call overheads)
             tr.train_step()
-            tr.step += 1
         progress.update(1)
         for i in range(steps):
             for label, tr in trainers.items():
                 samples[label].append(tr.train_step())
-                tr.step += 1
             progress.update(i + 2, {k: f"{samples[k][-1]['perf/step_s']:.3f}s" for k in CONFIGS})
         progress.close()
         dp_result, dp_lines = None, []
@@ -117,7 +115,7 @@ def run_bench(
             )
     med = {label: {k: statistics.median(s[k] for s in rows) for k in rows[0]} for label, rows in samples.items()}
     cfg = trainers["gmpo+rs"].cfg
-    spec = trainers["gmpo+rs"].spec
+    spec = trainers["gmpo+rs"].policy.spec
     base_tps = med["gmpo"]["perf/tokens_per_s"]
     result = {
         "preset": name,

@@ -188,7 +188,6 @@ def bench_model(
     def other_steps() -> None:
         """One step of every contender but TRL, each timed on its own."""
         m = ours.train_step()
-        ours.step += 1
         rows["rspo"].append(
             {
                 "rollout_s": m["perf/rollout_s"],
@@ -200,7 +199,7 @@ def bench_model(
             }
         )
         if raw is not None:
-            mbs = ours.mini_batches(ours.step - 1, 0, G, sc.prompts_per_step)
+            mbs = ours.policy.mini_batches(ours.step - 1, 0)
             wall, n_tok = raw.step(ours.last_batch, mbs, ours.tokenizer.pad_token_id)
             rows["raw train"].append({"update_s": wall, "update_tok_s": n_tok / wall})
         if gen is not None:

@@ -70,13 +70,13 @@ def fail_on_rank(rank: int, slow_rank: int | None = None) -> None:
 
     real = update.update_mini_batch
 
-    def failing(t, *args, **kwargs):
-        if t.dist.rank == rank and t.step == 1:
+    def failing(policy, *args, step, **kwargs):
+        if policy.dist.rank == rank and step == 1:
             threading.Thread(target=time.sleep, args=(600,)).start()
             raise ValueError("reward worker crashed (test)")
-        if t.dist.rank == slow_rank and t.step == 1:
+        if policy.dist.rank == slow_rank and step == 1:
             time.sleep(30)
-        return real(t, *args, **kwargs)
+        return real(policy, *args, step=step, **kwargs)
 
     update.update_mini_batch = failing
 

@@ -334,3 +334,83 @@ def test_the_sandboxs_parts_are_reached_through_the_package_only():
     ]
     assert not found, found
     assert any(m.startswith(inside) for m in MODULES)  # the package exists: the rule checks something
+
+
+FOREIGN_WRITES: dict[tuple[str, str], str] = {
+    # objects of other libraries, configured where this package builds or wraps them
+    ("rspo/archive.py", "info.size"): "tarfile.TarInfo of a member being written",
+    ("rspo/archive.py", "info.mtime"): "tarfile.TarInfo of a member being written",
+    ("rspo/archive.py", "info.mode"): "tarfile.TarInfo of a member being written",
+    ("rspo/commands/launch.py", "config.training_script_args"): "torchrun's LaunchConfig arguments",
+    ("rspo/commands/mlflow.py", "args.results"): "the command's own argparse namespace",
+    ("rspo/commands/preflight.py", "args.task"): "the command's own argparse namespace",
+    ("rspo/gpu_memory/preflight.py", "args.out"): "the program's own argparse namespace",
+    ("rspo/data/text_tokenizer.py", "tok.pre_tokenizer"): "a tokenizers.Tokenizer being built",
+    ("rspo/data/text_tokenizer.py", "tok.decoder"): "a tokenizers.Tokenizer being built",
+    ("rspo/data/text_tokenizer.py", "tok.post_processor"): "a tokenizers.Tokenizer being built",
+    ("rspo/data/text_tokenizer.py", "hf.chat_template"): "a transformers tokenizer being built",
+    ("rspo/tokenizer.py", "core.pre_tokenizer"): "a tokenizers.Tokenizer being built",
+    ("rspo/tokenizer.py", "core.decoder"): "a tokenizers.Tokenizer being built",
+    ("rspo/tokenizer.py", "core.post_processor"): "a tokenizers.Tokenizer being built",
+    ("rspo/distributed.py", "p.data"): "a torch parameter's storage, swapped in place",
+    ("rspo/rollout/fp8.py", "p.data"): "a torch parameter's storage, swapped while the FP8 engine decodes",
+    ("rspo/rollout/fp8.py", "params[name].data"): "a torch parameter's storage, restored",
+    ("rspo/gpu_memory/simulate.py", "config.architectures"): "a transformers config of the cut model",
+    ("rspo/gpu_memory/simulate.py", "config.num_hidden_layers"): "a transformers config of the cut model",
+    ("rspo/speed.py", "cfg.num_hidden_layers"): "a transformers config of the benchmark's deep model",
+    ("rspo/speed.py", "cfg.layer_types"): "a transformers config of the benchmark's deep model",
+    ("rspo/train/checkpoint.py", "config.dtype"): "the transformers config written with the final checkpoint",
+    ("rspo/train/policy.py", "model.config.use_cache"): "the transformers config of the model it loads",
+    ("rspo/train/memory.py", "head.forward"): "a transformers lm_head wrapped for chunked log-probs",
+    ("rspo/train/memory.py", "seen.weight"): "the same wrapper's record of the head's weight",
+    ("rspo/report/figures.py", "df.index.name"): "a pandas frame being drawn",
+    ("rspo/rollout/vllm.py", "method.moe_kernel"): "vLLM's quantization method object, its kernel chosen",
+    ("rspo/speed.py", "trainer._generate_and_score_completions"): "TRL's GRPOTrainer method, timed",
+    # this package's own objects, each written by the code that owns it
+    ("rspo/rewards/pool.py", "w.task"): "the pool's own record of a worker",
+    ("rspo/rewards/pool.py", "w.deadline"): "the pool's own record of a worker",
+    ("rspo/rewards/pool.py", "w.done"): "the pool's own record of a worker",
+    ("rspo/rewards/pool.py", "w.ready"): "the pool's own record of a worker",
+    ("rspo/rewards/sandbox/backends.py", "UidLease._next"): "the class's own counter",
+    ("rspo/rollout/__init__.py", "generate_fn.settings"): "a function it defines, labelled",
+    ("rspo/rollout/__init__.py", "generate_fn.tokenizer"): "a function it defines, labelled",
+    ("rspo/train/time_limit.py", "tl.counted_from"): "the classmethod constructor's new instance",
+    ("rspo/train/time_limit.py", "tl.deadline"): "the classmethod constructor's new instance",
+    (
+        "rspo/gpu_memory/simulate.py",
+        "trainer.policy.optimizer.zero_grad",
+    ): "the keep-grads fault the simulation injects",
+}
+"""Every assignment to an attribute of an object other than ``self`` in rspo/, with why it is
+allowed. A module changes another object of this package through that object's methods."""
+
+
+def attribute_writes(path: Path) -> set[str]:
+    """``x.attr = ...`` (also augmented and annotated) in ``path`` whose object is not self/cls."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for e in ast.walk(target):
+                if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Store):
+                    if isinstance(e.value, ast.Name) and e.value.id in ("self", "cls"):
+                        continue
+                    found.add(ast.unparse(e))
+    return found
+
+
+def test_no_module_assigns_to_another_objects_attributes():
+    found = {(str(p.relative_to(ROOT)), w) for p in MODULES.values() for w in attribute_writes(p)}
+    new = sorted(found - FOREIGN_WRITES.keys())
+    assert not new, "attribute writes to another object (call a method of its owner instead):\n" + "\n".join(
+        f"{f}: {w}" for f, w in new
+    )
+    assert not FOREIGN_WRITES.keys() - found, f"stale entries: {sorted(FOREIGN_WRITES.keys() - found)}"
+
+
+def test_the_attribute_write_check_catches_an_offender(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(t):\n    t.step += 1\n    t.tracker = None\n    self.x = 1\n    self.a.b = 2\n")
+    assert attribute_writes(bad) == {"t.step", "t.tracker", "self.a.b"}

@@ -15,8 +15,9 @@ from rspo.distributed import Dist
 from rspo.losses import group_advantages
 from rspo.router import RoutingMode
 from rspo.train.memory import RowCache, merge_micro_metrics, pack_micro_batches, row_tokens
+from rspo.train.policy import StepTensors
 from rspo.train.trainer import Trainer
-from rspo.train.update import StepTensors, update_mini_batch
+from rspo.train.update import update_mini_batch
 
 
 @pytest.fixture(scope="module")
@@ -49,23 +50,25 @@ def one_update(assets, tmp_path, algo, budget):
     tr = Trainer(cfg, tmp_path / f"b{budget}", task=digit_task())
     batch, rewards, _ = tr.rollouts.rollout(0, tr.device)
     adv = group_advantages(rewards, cfg.rollout.group_size)
-    mbs = tr.mini_batches(0, 0, cfg.rollout.group_size, 4)
-    tr._row_tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
-    old_logp, entropy, cache = tr._old_pass(batch, mbs, mbs)
+    p = tr.policy
+    mbs = p.mini_batches(0, 0)
+    p._row_tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
+    old_logp, entropy, cache = p._old_pass(batch, mbs, mbs)
     with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
-        for p in tr.model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+        for w in tr.model.parameters():
+            w.add_(0.05 * torch.randn(w.shape, generator=gen))
     grads = {}
 
     def captured_step():
-        grads.update({n: p.grad.clone() for n, p in tr.model.named_parameters() if p.grad is not None})
+        grads.update({n: w.grad.clone() for n, w in tr.model.named_parameters() if w.grad is not None})
 
-    tr.optimizer.step = captured_step
+    p.optimizer.step = captured_step
     tr.model.train()
-    metrics = update_mini_batch(tr, StepTensors(batch, adv, old_logp, entropy, cache), mbs[0], record=False)
+    st = StepTensors(batch, adv, old_logp, entropy, cache, mbs)
+    metrics = update_mini_batch(p, st, mbs[0], step=0, record=False)
     means = merge_micro_metrics(metrics, cfg.algorithm.algo)
-    return grads, means, len(tr.micro_batches(mbs[0]))
+    return grads, means, len(p.micro_batches(mbs[0]))
 
 
 @pytest.mark.parametrize("algo", CASES, ids=lambda a: "-".join(f"{v}" for v in a.values()))
@@ -97,11 +100,12 @@ def test_ranks_run_as_many_forwards_as_the_rank_with_most_micro_batches(assets, 
     cfg = dataclasses.replace(cfg, schedule=dataclasses.replace(cfg.schedule, max_tokens_per_micro_batch=30))
     tr = Trainer(cfg, tmp_path / "r", task=digit_task())
     mb = torch.arange(8)
-    tr._row_tokens = torch.tensor([30, 30, 30, 30, 5, 5, 5, 5])  # rank 0: 4 forwards, rank 1: 1
+    p = tr.policy
+    p._row_tokens = torch.tensor([30, 30, 30, 30, 5, 5, 5, 5])  # rank 0: 4 forwards, rank 1: 1
     counts = {}
     for rank in (0, 1):
-        tr.dist = Dist(rank=rank, world_size=2)
-        mbs = tr.micro_batches(mb)
+        p.dist = Dist(rank=rank, world_size=2)
+        mbs = p.micro_batches(mb)
         counts[rank] = (len(mbs), sum(m is None for m in mbs))
         assert sorted(torch.cat([m for m in mbs if m is not None]).tolist()) == mb[rank * 4 : rank * 4 + 4].tolist()
     assert counts == {0: (4, 0), 1: (4, 3)}

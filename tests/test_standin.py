@@ -88,20 +88,20 @@ def assets(tmp_path_factory):
 class Recording(StandInBackend):
     """A stand-in backend that records, at each call the trainer makes, what the training model holds."""
 
-    def __init__(self, trainer, events):
+    def __init__(self, policy, tokenizer, events):
         super().__init__(
-            trainer.tokenizer,
-            StandInEngine(2**20, 2**20, trainer.device),
+            tokenizer,
+            StandInEngine(2**20, 2**20, policy.device),
             prompt_tokens=8,
-            response_tokens=trainer.cfg.rollout.max_new_tokens,
+            response_tokens=policy.cfg.rollout.max_new_tokens,
             dtype=torch.float32,
             sleep=True,
         )
-        self.trainer, self.events = trainer, events
-        events.append(("engine built", trainer.step))
+        self.policy, self.events = policy, events
+        events.append(("engine built",))
 
     def _grads(self) -> int:
-        return sum(p.grad is not None for p in self.trainer.model.parameters())
+        return sum(p.grad is not None for p in self.policy.model.parameters())
 
     def release(self):
         self.events.append(("release", self._grads()))
@@ -136,13 +136,12 @@ def test_a_step_releases_the_gradients_before_the_engine_wakes_and_a_resume_read
 
     monkeypatch.setattr(checkpoint, "load", load)
     cfg = make_cfg(assets, algo="gmpo", router_shift=True)
-    tr = Trainer(cfg, tmp_path / "run", task=digit_task(), backend_factory=lambda t: Recording(t, events))
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task(), engine=lambda p, tok: Recording(p, tok, events))
     tr.train_step()
-    tr.step += 1
     tr.save_checkpoint()
     # the engine released after the rollout; the weights woken alone (1 MiB of 2) for the sync, with no
     # gradient anywhere; the KV cache woken after
-    assert events[0] == ("engine built", 0)
+    assert events[0] == ("engine built",)
     assert events[1] == ("release", 0)
     assert events[2] == ("cache returned", 0)  # the activations' cached blocks, after the gradients
     assert events[3] == ("sync", 0, 0) and events[4] == ("kv wake", 0, 2**20)
@@ -151,8 +150,8 @@ def test_a_step_releases_the_gradients_before_the_engine_wakes_and_a_resume_read
     assert {"engine_start", "rollout", "old_pass", "update", "optimizer_step", "sync", "kv_wake"} <= set(metrics)
     assert all(row["rss_gib"] > 0 for row in metrics.values())  # CPU: the process's resident memory
     events.clear()
-    resumed = Trainer(cfg, tmp_path / "run", task=digit_task(), backend_factory=lambda t: Recording(t, events))
-    assert events == [("checkpoint read", None), ("engine built", 1)]  # read first, then the engine
+    resumed = Trainer(cfg, tmp_path / "run", task=digit_task(), engine=lambda p, tok: Recording(p, tok, events))
+    assert events == [("checkpoint read", None), ("engine built",)]  # read first, then the engine
     assert resumed.step == 1 and "resume" in resumed.memory.current
 
 
@@ -163,8 +162,10 @@ def test_the_router_cache_is_pinned_once_and_reused(assets, tmp_path):
     tr = Trainer(cfg, tmp_path / "run", task=digit_task())
     for _ in range(3):
         m = tr.train_step()
-        tr.step += 1
         assert "memory/update/rss_gib" in m and "memory/sync/rss_gib" in m
-    assert tr._host_buffers.allocations == 2  # indices and log-probs, once
+    assert tr.policy._host_buffers.allocations == 2  # indices and log-probs, once
     width = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens
-    assert tr._host_buffers.flat["indices"].numel() >= width * cfg.schedule.prompts_per_step * cfg.rollout.group_size
+    assert (
+        tr.policy._host_buffers.flat["indices"].numel()
+        >= width * cfg.schedule.prompts_per_step * cfg.rollout.group_size
+    )

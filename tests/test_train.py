@@ -325,8 +325,8 @@ def test_onpolicy_shortcut_equals_a_separate_old_pass(assets, tmp_path):
         runs = []
         for shortcut in (True, False):
             tr = Trainer(cfg, tmp_path / f"{shortcut}-{algo['algo']}", task=digit_task())
-            assert tr.onpolicy_shortcut  # one process, routing none, no dropout
-            tr.onpolicy_shortcut = shortcut
+            assert tr.policy.onpolicy_shortcut  # one process, routing none, no dropout
+            tr.policy.onpolicy_shortcut = shortcut
             metrics = [tr.train_step() for tr.step in range(2)]
             runs.append((metrics, {k: v.detach().clone() for k, v in tr.model.state_dict().items()}))
         (ma, wa), (mb, wb) = runs
@@ -343,11 +343,11 @@ def test_model_mode_per_phase_and_special_stops(assets, tmp_path):
     ended on a special token other than EOS is counted."""
     cfg = make_cfg(assets, algo="gmpo")
     tr = Trainer(cfg, tmp_path / "run", task=digit_task())
-    tr.onpolicy_shortcut = False
+    tr.policy.onpolicy_shortcut = False
     seen = []
     handle = tr.model.register_forward_pre_hook(lambda mod, args, kw: seen.append(mod.training), with_kwargs=True)
     calls = {}
-    real_generate, real_old = tr.backend.generate, tr._old_pass
+    real_generate, real_old = tr.backend.generate, tr.policy._old_pass
 
     def generate(*a, **kw):
         calls["rollout"] = len(seen)
@@ -359,7 +359,7 @@ def test_model_mode_per_phase_and_special_stops(assets, tmp_path):
         calls["update"] = len(seen)
         return out
 
-    tr.backend.generate, tr._old_pass = generate, old_pass
+    tr.backend.generate, tr.policy._old_pass = generate, old_pass
     metrics = tr.train_step()
     handle.remove()
     assert not any(seen[calls["rollout"] : calls["update"]])  # rollout and old pass
@@ -375,7 +375,7 @@ def test_router_lr_multiplier_scales_only_the_router(assets, tmp_path):
     cfg = make_cfg(assets, algo="grpo")
     cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, router_lr_mult=30.0, warmup_steps=0))
     tr = Trainer(cfg, tmp_path / "run", task=digit_task())
-    groups = tr.optimizer.param_groups
+    groups = tr.policy.optimizer.param_groups
     assert len(groups) == 2 and groups[1]["lr"] == pytest.approx(30.0 * groups[0]["lr"])
     gates = {id(p) for n, p in tr.model.named_parameters() if n.endswith("mlp.gate.weight")}
     assert {id(p) for p in groups[1]["params"]} == gates

@@ -19,7 +19,8 @@ from rspo.losses import compute_policy_loss, router_shift_log_weight, router_shi
 from rspo.models import load_balancing_loss
 from rspo.rollout import RolloutBatch
 from rspo.router import OldRouterCache
-from rspo.train.update import StepTensors, micro_batch_loss
+from rspo.train.policy import StepTensors
+from rspo.train.update import micro_batch_loss
 
 B, P, R, E, K, L = 3, 4, 5, 6, 2, 2
 T = P + R
@@ -49,7 +50,7 @@ def step(seed: int = 0):
     cache = OldRouterCache.from_logits(old_logits, K, (B, T), logp_dtype=torch.float32)
     old_logp = -torch.rand(B, R, generator=g) - 0.5
     logp = (old_logp + 0.2 * torch.randn(B, R, generator=g)).requires_grad_()
-    st = StepTensors(batch, torch.tensor([1.0, -0.5, 0.7]), old_logp, torch.zeros(B, R), cache)
+    st = StepTensors(batch, torch.tensor([1.0, -0.5, 0.7]), old_logp, torch.zeros(B, R), cache, [torch.arange(B)])
     out = SimpleNamespace(logp=logp, entropy=torch.rand(B, R, generator=g), router_logits=new_logits)
     return st, out, old_logits, new_logits
 

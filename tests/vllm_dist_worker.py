@@ -108,10 +108,10 @@ if __name__ == "__main__":
 
     trainer.backend.sync_weights = measured_sync
     for _ in range(2):
+        first = trainer.step == 0
         metrics = trainer.train_step()
-        if trainer.step == 0:
+        if first:
             report["rollout_rows"] = trainer.last_batch.token_rows()
-        trainer.step += 1
         report["sync_s"].append(metrics["perf/sync_s"])
         plain = gathered(trainer.model)
         report["gaps"].append(as_dict(engine_logprobs(trainer.backend, plain)))

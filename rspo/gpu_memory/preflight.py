@@ -94,7 +94,8 @@ def run_stage(stage: str, args) -> None:
     """One process of the preflight (or each rank of it): the first step and a save, or the resume and
     the second step; writes what it measured to <out>/<stage>.rank<r>.json."""
     from rspo.gpu_memory.simulate import model_folder, sim_task, task_inputs
-    from rspo.train.trainer import Trainer
+    from rspo.train.policy import Policy
+    from rspo.train.trainer import Trainer, process_group
 
     out = Path(args.out)
     cfg, config, _ = task_inputs(args.preset, args.task, args.hub_dir, args.layers, args.overrides)
@@ -112,9 +113,9 @@ def run_stage(stage: str, args) -> None:
     standin = cfg.rollout.backend == "vllm" and not _have_vllm()
     if standin:
         engine = _standin_factory(cfg, config)
-    trainer = Trainer(cfg, out / "run", task=task, quiet=True, random_weights=True, backend_factory=engine)
+    policy = Policy(cfg, process_group(cfg), random_weights=True)
+    trainer = Trainer(cfg, out / "run", task=task, quiet=True, policy=policy, engine=engine)
     metrics = trainer.train_step()
-    trainer.step += 1
     if stage == "first":
         trainer.save_checkpoint()
     report = {
@@ -148,18 +149,18 @@ def _standin_factory(cfg, config):
     c = dtype_bytes(cfg.model.dtype)
     weights = c * sum(p.numel() for p in meta_model(config).parameters()) // cfg.rollout.tensor_parallel_size
 
-    def factory(trainer):
-        dev = trainer.device
+    def factory(policy, tokenizer):
+        dev = policy.device
         total = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else 0
         share = int(cfg.rollout.vllm_gpu_memory_utilization * total)
         return StandInBackend(
-            trainer.tokenizer,
+            tokenizer,
             StandInEngine(weights, max(0, share - weights), dev),
             prompt_tokens=cfg.data.max_prompt_tokens,
             response_tokens=cfg.rollout.max_new_tokens,
             dtype=getattr(torch, cfg.model.dtype),
             sleep=cfg.rollout.vllm_sleep,
-            model=trainer.model,
+            model=policy.model,
         )
 
     return factory

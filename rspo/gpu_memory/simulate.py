@@ -229,6 +229,10 @@ class SimMemory(PhaseMemory):
         self.tracker = None
         self.peaks: dict[str, float] = {}
 
+    def forget_warm_up(self) -> None:
+        """Drop the peaks of the first step (the fake machinery's warm-up), the engine's start kept."""
+        self.peaks = {ph: v for ph, v in self.peaks.items() if ph == "engine_start"}
+
     def start(self, model, optimizer) -> None:
         from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -373,16 +377,16 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
         weights = c * sum(p.numel() for p in meta_model(config).parameters()) // N
         share = int(cfg.rollout.vllm_gpu_memory_utilization * gpu_gib * GIB)
 
-        def engine(trainer):
+        def engine(policy, tokenizer):
             return StandInBackend(
-                trainer.tokenizer,
-                StandInEngine(weights, max(0, share - weights), trainer.device),
+                tokenizer,
+                StandInEngine(weights, max(0, share - weights), policy.device),
                 prompt_tokens=cfg.data.max_prompt_tokens,
                 response_tokens=cfg.rollout.max_new_tokens,
                 dtype=getattr(torch, cfg.model.dtype),
                 sleep=cfg.rollout.vllm_sleep,
                 batch_device=torch.device("cpu"),  # fake device tensors have no values to read
-                model=trainer.model,
+                model=policy.model,
             )
 
         peaks: dict[str, float] = {}
@@ -400,12 +404,11 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
                     trainer = _trainer(Trainer, run_cfg, root / "run", task, dist, engine, memory)
                 if attempt == "train":
                     if regression == "keep-grads":
-                        trainer.optimizer.zero_grad = lambda set_to_none=True: None  # never released
+                        trainer.policy.optimizer.zero_grad = lambda set_to_none=True: None  # never released
                     for k in range(steps):
                         trainer.train_step()
-                        trainer.step += 1
                         if k == 0 and steps > 1:  # the first step warms the fake machinery up (module docstring)
-                            memory.peaks = {ph: v for ph, v in memory.peaks.items() if ph == "engine_start"}
+                            memory.forget_warm_up()
                     trainer.save_checkpoint()
                     # the final checkpoint's device side, after the last step: the layer gathers that
                     # write_hf_checkpoint streams to the host (its files are host work: not simulated)
@@ -421,9 +424,10 @@ def simulate(cfg, config, world: int, gpu_gib: float, regression: str | None = N
 
 
 def _trainer(Trainer, cfg, out: Path, task, dist, engine, memory):
-    return Trainer(
-        cfg, out, task=task, quiet=True, dist=dist, random_weights=True, backend_factory=engine, memory=memory
-    )
+    from rspo.train.policy import Policy
+
+    policy = Policy(cfg, dist, memory=memory, random_weights=True)
+    return Trainer(cfg, out, task=task, quiet=True, policy=policy, engine=engine)
 
 
 def _latest(run: Path) -> Path:

@@ -1,7 +1,8 @@
 """The prompts of an RL run, the step's rollouts and the held-out validation.
 
-``Rollouts`` holds the training and held-out records (prompts longer than
-``data.max_prompt_tokens`` dropped when they are loaded), draws each step's prompts as a pure
+``RunRecords`` are the training and held-out records (prompts longer than
+``data.max_prompt_tokens`` dropped when they are loaded, before the model is). ``Rollouts``, built
+once the rollout backend exists, draws each step's prompts as a pure
 function of (seed, step) (consecutive slices of per-epoch seeded permutations, so a resumed run
 draws the same prompts without saved sampler state), has them answered by the rollout backend on
 this rank (its contiguous share of the step's prompts; with a tensor-parallel engine the share of
@@ -20,61 +21,93 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rspo.config import TrainConfig
 from rspo.distributed import Dist
-from rspo.rollout import RolloutBatch
+from rspo.rollout import RolloutBackend, RolloutBatch
 from rspo.rollout.base import pack_rows, stop_token_ids
 from rspo.rollout.colocate import generate_share
 from rspo.rollout.fp8 import fp8_weights
 from rspo.seeding import derive_seed
 from rspo.tasks import Task, generate_and_score, load_records
+from rspo.train.precision import Precision
 
 
-class Rollouts:
-    def __init__(self, cfg: TrainConfig, task: Task, tokenizer, dist: Dist, reward_workers: int) -> None:
-        self.cfg, self.task, self.tokenizer, self.dist = cfg, task, tokenizer, dist
-        self.reward_workers = reward_workers
-        self.tp = cfg.rollout.tensor_parallel_size
-        self.backend = None  # set once the model and the engine exist
-        self.precision = None
-        # rollout routing replay needs the engine's experts; the hf backend reports them for the
-        # routing-agreement metric too (cheap: K bytes per token and MoE layer)
-        self.record_routing = cfg.algorithm.routing == "rollout_replay" or cfg.rollout.backend == "hf"
+@dataclass(frozen=True)
+class RunRecords:
+    """The training and held-out records of a run, read and checked before the model loads
+    (prompts longer than ``data.max_prompt_tokens`` dropped; ``schedule.val_size`` records of each
+    held-out set)."""
+
+    train: list[dict[str, Any]]
+    val: dict[str, list[dict[str, Any]]]
+
+    @classmethod
+    def load(cls, cfg: TrainConfig, task: Task, tokenizer) -> RunRecords:
         train = load_records(task, cfg.data.train_path)
         val = {name: load_records(task, path) for name, path in cfg.data.val_paths.items()}
         if cfg.schedule.val_size:
             val = {k: v[: cfg.schedule.val_size] for k, v in val.items()}
-        self.train_records = self._drop_long(train, "train")
-        self.val_records = {k: self._drop_long(v, k) for k, v in val.items()}
-        self._perm: tuple[int, list[int]] = (-1, [])
+        limit = cfg.data.max_prompt_tokens
+        return cls(
+            _drop_long(train, "train", task, tokenizer, limit),
+            {k: _drop_long(v, k, task, tokenizer, limit) for k, v in val.items()},
+        )
 
-    def _drop_long(self, records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-        """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
-        limit = self.cfg.data.max_prompt_tokens
-        prompts = [self.task.prompt(r) for r in records]
-        # a token spans >= 1 character, plus at most a couple of special tokens: only long texts need counting
-        long_idx = [i for i, t in enumerate(prompts) if len(t) + 2 > limit]
-        lengths = [len(p) for p in prompts]
-        if long_idx:
-            counted = self.tokenizer([prompts[i] for i in long_idx])["input_ids"]
-            for i, ids in zip(long_idx, counted):
-                lengths[i] = len(ids)
-        kept = [r for r, n, t in zip(records, lengths, prompts) if n <= limit or len(t) + 2 <= limit]
-        if not kept:
-            raise ValueError(
-                f"every {name} prompt is longer than data.max_prompt_tokens={limit} (shortest: {min(lengths)} tokens)"
-            )
-        return kept
+
+def _drop_long(records: list[dict[str, Any]], name: str, task: Task, tokenizer, limit: int) -> list[dict[str, Any]]:
+    """Drop prompts longer than data.max_prompt_tokens (an error if none is left)."""
+    prompts = [task.prompt(r) for r in records]
+    # a token spans >= 1 character, plus at most a couple of special tokens: only long texts need counting
+    long_idx = [i for i, t in enumerate(prompts) if len(t) + 2 > limit]
+    lengths = [len(p) for p in prompts]
+    if long_idx:
+        counted = tokenizer([prompts[i] for i in long_idx])["input_ids"]
+        for i, ids in zip(long_idx, counted):
+            lengths[i] = len(ids)
+    kept = [r for r, n, t in zip(records, lengths, prompts) if n <= limit or len(t) + 2 <= limit]
+    if not kept:
+        raise ValueError(
+            f"every {name} prompt is longer than data.max_prompt_tokens={limit} (shortest: {min(lengths)} tokens)"
+        )
+    return kept
+
+
+class Rollouts:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        task: Task,
+        tokenizer,
+        dist: Dist,
+        *,
+        records: RunRecords,
+        backend: RolloutBackend,
+        precision: Precision,
+        reward_workers: int,
+    ) -> None:
+        """``backend`` answers the prompts; ``precision`` is the training model's (the hf backend
+        decodes with it); ``reward_workers``: this rank's share of the node's verifier workers."""
+        self.cfg, self.task, self.tokenizer, self.dist = cfg, task, tokenizer, dist
+        self.backend, self.precision = backend, precision
+        self.reward_workers = reward_workers
+        self.tp = cfg.rollout.tensor_parallel_size
+        # rollout routing replay needs the engine's experts; the hf backend reports them for the
+        # routing-agreement metric too (cheap: K bytes per token and MoE layer)
+        self.record_routing = cfg.algorithm.routing == "rollout_replay" or cfg.rollout.backend == "hf"
+        self.train_records = records.train
+        self.val_records = records.val
+        self._perm: tuple[int, list[int]] = (-1, [])
 
     def _precision(self):
         """The hf backend decodes with the training model: in the compute dtype, or in rollout.dtype
         when one is set (autocast to it: the engine's precision, unlike the trainer's; fp8: an
         FP8 W8A8 engine while it decodes, rspo.rollout.fp8)."""
-        if self.cfg.rollout.backend != "hf" or self.precision is None:
+        if self.cfg.rollout.backend != "hf":
             return contextlib.nullcontext()
         dtype = self.cfg.rollout.dtype
         if not dtype or dtype == self.cfg.model.dtype:

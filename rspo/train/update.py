@@ -1,16 +1,17 @@
 """The updates of one rollout step: what a reader compares with the paper line by line.
 
-``StepTensors`` holds what every update of a step reads (the rollout batch, its advantages, the old
-pass's log-probs, entropy and router cache). ``update_step`` is the loop, top to bottom: for each
+``StepTensors`` (rspo.train.policy) holds what every update of a step reads (the rollout batch, its
+advantages, the old pass's log-probs, entropy and router cache). ``update_step`` is the loop, top to bottom: for each
 epoch and mini-batch, its micro-batches (forward under the routing mode, loss, backward), the
 gradient clip and the optimizer step. ``micro_batch_loss`` turns one update forward of some rows
 into their loss and metrics: gamma from the old router cache and the current router logits (Eq. 7),
 the policy loss of the algorithm with RS inside its clip and any rollout correction outside it
 (rspo.losses.compute_policy_loss), the router diagnostics for runs without RS, the entropy bonus and
-the load-balancing term. The trainer (rspo.train.trainer) builds the model, the optimizer and the
-micro-batches, and runs the old pass before this loop.
+the load-balancing term. The policy (rspo.train.policy) holds the model, the optimizer and the
+micro-batches, and runs the old pass before this loop; the loop reads it and changes it only
+through its methods (the optimizer's and the schedule's steps, the non-finite streak's count).
 
-The on-policy first mini-batch of a step (``Trainer.onpolicy_shortcut``) is a value of the same
+The on-policy first mini-batch of a step (``Policy.onpolicy_shortcut``) is a value of the same
 path (``record``): its update forward records the old log-probs, entropy and router cache of its
 rows before the loss, since theta == theta_old there.
 
@@ -20,7 +21,6 @@ No deviation from the paper here; the choices are rspo.losses' and rspo.train.tr
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 
@@ -37,27 +37,11 @@ from rspo.losses import (
 )
 from rspo.models import load_balancing_loss, response_slice
 from rspo.phase_memory import return_cached_blocks
-from rspo.rollout import RolloutBatch
 from rspo.router import router_shift_ratio
-from rspo.train.memory import RowCache, merge_micro_metrics
+from rspo.train.memory import merge_micro_metrics
+from rspo.train.policy import Policy, StepTensors
 
-__all__ = ["StepTensors", "TooManyNonFinite", "micro_batch_loss", "update_mini_batch", "update_step"]
-
-
-@dataclass
-class StepTensors:
-    """The tensors of one rollout step that its updates read.
-
-    ``old_logp`` and ``entropy`` are (B, R) over the response columns, ``cache`` the old router cache
-    of the rows this rank reads (None when no run setting needs it). The on-policy first mini-batch,
-    when the trainer skips its old pass, fills its rows of all three in its own update
-    (``update_mini_batch`` with ``record``)."""
-
-    batch: RolloutBatch
-    adv: torch.Tensor
-    old_logp: torch.Tensor
-    entropy: torch.Tensor
-    cache: RowCache | None
+__all__ = ["micro_batch_loss", "update_mini_batch", "update_step"]
 
 
 def micro_batch_loss(
@@ -103,41 +87,37 @@ def micro_batch_loss(
     return loss, m
 
 
-class TooManyNonFinite(RuntimeError):
-    """``optim.max_nonfinite_in_row`` updates in a row were skipped for non-finite values."""
-
-
-def update_step(t, st: StepTensors, mbs0: list[torch.Tensor], n_prompts: int):
-    """The step's ppo_epochs x mini-batch updates of trainer ``t`` (rspo.train.trainer.Trainer);
-    ``mbs0``: the first epoch's mini-batches (the rows the old pass ran on, in its order).
+def update_step(p: Policy, st: StepTensors, step: int):
+    """The step's ppo_epochs x mini-batch updates of policy ``p`` (rspo.train.policy.Policy).
     -> (metrics averaged over updates, the first (on-policy) mini-batch's metrics, skipped updates)"""
-    G = t.cfg.rollout.group_size
     sums: dict[str, list[float]] = defaultdict(list)
     first_mb: dict[str, float] = {}
     skipped = 0
-    t.model.train()
-    for epoch in range(t.cfg.schedule.ppo_epochs):
-        mbs = mbs0 if epoch == 0 else t.mini_batches(t.step, epoch, G, n_prompts)
+    p.model.train()
+    for epoch in range(p.cfg.schedule.ppo_epochs):
+        mbs = st.mini_batches if epoch == 0 else p.mini_batches(step, epoch)
         for j, mb in enumerate(mbs):
-            m = update_mini_batch(t, st, mb, record=t.onpolicy_shortcut and epoch == 0 and j == 0)
+            m = update_mini_batch(p, st, mb, step=step, record=p.onpolicy_shortcut and epoch == 0 and j == 0)
             if m is None:
                 skipped += 1
                 continue
-            means = merge_micro_metrics(m, t.cfg.algorithm.algo)
+            means = merge_micro_metrics(m, p.cfg.algorithm.algo)
             for k, v in means.items():
                 sums[k].append(v)
             if epoch == 0 and j == 0:
                 first_mb = means
     # the gradients go before anything of the engine wakes (rspo.rollout.colocate): at the paper's
     # sizes they are 4 bytes per parameter / ranks, as much as the fp32 weights themselves
-    t.optimizer.zero_grad(set_to_none=True)
-    return_cached_blocks(t.device)  # and the activations' cached blocks with them
-    t.model.eval()
+    p.optimizer.zero_grad(set_to_none=True)
+    return_cached_blocks(p.device)  # and the activations' cached blocks with them
+    p.model.eval()
     return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
 
 
-def update_mini_batch(t, st: StepTensors, mb: torch.Tensor, *, record: bool) -> dict[str, list] | None:
-    """One optimizer update of trainer ``t`` on mini-batch ``mb``: each of this rank's micro-batches
+def update_mini_batch(
+    p: Policy, st: StepTensors, mb: torch.Tensor, *, step: int, record: bool
+) -> dict[str, list] | None:
+    """One optimizer update of policy ``p`` at ``step`` on mini-batch ``mb``: each of this rank's micro-batches
     forward, loss and backward (the gradients accumulate), then the clip and the step. -> its metrics
     (every rank's micro-batch values as (value, responses, tokens)), or None when the update was
     skipped for non-finite values.
@@ -148,18 +128,18 @@ def update_mini_batch(t, st: StepTensors, mb: torch.Tensor, *, record: bool) -> 
     forward and backward whose loss counts zero responses (backward is a collective under FSDP).
     The backward runs inside the forward's routing control, so a gradient-checkpointing
     recomputation routes the same way."""
-    cfg, a, dist = t.cfg, t.cfg.algorithm, t.dist
-    t.optimizer.zero_grad(set_to_none=True)
+    cfg, a, dist = p.cfg, p.cfg.algorithm, p.dist
+    p.optimizer.zero_grad(set_to_none=True)
     mask = st.batch.response_mask
     n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
     metrics: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
     try:
-        with t.memory.phase("update"):
-            for rows in t.micro_batches(mb):
+        with p.memory.phase("update"):
+            for rows in p.micro_batches(mb):
                 empty = rows is None  # another rank has more micro-batches: one row, counted as none
-                rows = t.local_rows(mb)[:1] if empty else rows
+                rows = p.local_rows(mb)[:1] if empty else rows
                 rec = record and not empty
-                with t.forward(
+                with p.forward(
                     st.batch,
                     rows,
                     with_entropy=a.entropy_coef > 0 or rec,
@@ -172,10 +152,10 @@ def update_mini_batch(t, st: StepTensors, mb: torch.Tensor, *, record: bool) -> 
                         st.old_logp[rows, :r] = out.logp.detach()
                         st.entropy[rows, :r] = out.entropy.detach()
                         if st.cache is not None:
-                            t.record_cache(st.cache, rows, out, lo, hi, st.batch.input_ids.shape[1])
+                            p.record_cache(st.cache, rows, out, lo, hi, st.batch.input_ids.shape[1])
                     err = None
                     try:
-                        loss, m = micro_batch_loss(a, t.spec.top_k, st, rows, out, lo, hi)
+                        loss, m = micro_batch_loss(a, p.spec.top_k, st, rows, out, lo, hi)
                     except NonFiniteLogProbError as e:
                         err, loss, m = str(e), None, {}
                     # every rank must take the same branch: backward is a collective under FSDP
@@ -200,24 +180,19 @@ def update_mini_batch(t, st: StepTensors, mb: torch.Tensor, *, record: bool) -> 
                 # stayed on the device through the clip and the optimizer step, 1 B per layer
                 # parameter of the shard (found by the simulation: rspo.gpu_memory.simulate)
                 del out, loss, scaled
-        with t.memory.phase("optimizer_step"):
-            params = [p for p in t.model.parameters() if p.grad is not None and p.numel()]
+        with p.memory.phase("optimizer_step"):
+            params = [w for w in p.model.parameters() if w.grad is not None and w.numel()]
             grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
         if not torch.isfinite(grad_norm):
             raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
     except NonFiniteLogProbError as e:
-        t.nonfinite_in_row += 1
-        t.optimizer.zero_grad(set_to_none=True)
-        if t.nonfinite_in_row >= cfg.optim.max_nonfinite_in_row:
-            raise TooManyNonFinite(
-                f"step {t.step}: {t.nonfinite_in_row} updates in a row skipped for non-finite values "
-                f"(last: {e}); stopping (optim.max_nonfinite_in_row={cfg.optim.max_nonfinite_in_row})"
-            ) from e
+        p.optimizer.zero_grad(set_to_none=True)
+        p.nonfinite.skipped(step, e)
         return None
-    t.nonfinite_in_row = 0
-    with t.memory.phase("optimizer_step"):
-        t.optimizer.step()
-    t.scheduler.step()
+    p.nonfinite.reset()
+    with p.memory.phase("optimizer_step"):
+        p.optimizer.step()
+    p.scheduler.step()
     if dist.enabled:  # the micro-batch values of every rank, in rank order
         merged: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
         for part in dist.all_gather_object(dict(metrics)):
