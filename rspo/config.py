@@ -380,7 +380,7 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- strict parsing
 
 
-def _check_type(key: str, value: Any, tp: Any) -> Any:
+def check_type(key: str, value: Any, tp: Any) -> Any:
     """Check value against annotation tp; ints are accepted where floats are expected."""
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -393,22 +393,33 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _check_type(key, value, arg)
+                return check_type(key, value, arg)
             except ConfigError:
                 continue
         raise _err(key, f"expected {tp}, got {type(value).__name__} {value!r}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise _err(key, f"expected one of {list(typing.get_args(tp))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):  # a section inside a section
+        return build_section(tp, value, key)
     if origin is dict:
         if not isinstance(value, dict):
             raise _err(key, f"expected a mapping, got {type(value).__name__}")
         kt, vt = typing.get_args(tp)
-        return {_check_type(f"{key}.{k}", k, kt): _check_type(f"{key}.{k}", v, vt) for k, v in value.items()}
+        return {check_type(f"{key}.{k}", k, kt): check_type(f"{key}.{k}", v, vt) for k, v in value.items()}
+    if origin is tuple and typing.get_args(tp)[-1:] == (Ellipsis,):  # a list of any length
+        if not isinstance(value, (list, tuple)):
+            raise _err(key, f"expected a list, got {type(value).__name__}")
+        item = typing.get_args(tp)[0]
+        return tuple(check_type(f"{key}[{i}]", v, item) for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise _err(key, f"expected a list, got {type(value).__name__}")
         args = typing.get_args(tp)
         if len(args) != len(value):
             raise _err(key, f"expected {len(args)} items, got {len(value)}")
-        return tuple(_check_type(f"{key}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(check_type(f"{key}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
     if tp is bool:
         if not isinstance(value, bool):
             raise _err(key, f"expected true/false, got {type(value).__name__} {value!r}")
@@ -440,7 +451,7 @@ def build_section(cls: type, data: dict[str, Any] | None, prefix: str) -> Any:
             raise ConfigError(why)
     if unknown:
         raise _err(f"{prefix}.{unknown[0]}", f"unknown key; valid keys are {sorted(names)}")
-    kwargs = {k: _check_type(f"{prefix}.{k}", v, hints[k]) for k, v in data.items()}
+    kwargs = {k: check_type(f"{prefix}.{k}", v, hints[k]) for k, v in data.items()}
     return cls(**kwargs)
 
 

@@ -1,10 +1,13 @@
 """A setting's constraints, stated once: on its dataclass field (``setting``), read both by the check
 that runs when a config is built (``check_fields``) and by the JSON schema of the preset file
-(``section_schema``: the ``rl`` sections of workflow/schemas/preset.schema.yaml are generated from
-rspo/config.py's dataclasses, ``scripts/preset_schema.py`` writes them and a test compares).
+(``section_schema``: the ``rl`` and ``eval`` sections of workflow/schemas/preset.schema.yaml are
+generated from the dataclasses of rspo/config.py and rspo/eval_config.py, ``scripts/preset_schema.py``
+writes them and a test compares).
 
 A constraint is a bound (``ge``, ``gt``, ``le``, ``lt``; on each item of a tuple), a set of
-``choices``, or ``nonempty`` for a string. Checks that relate two fields, or that need to say why
+``choices`` (of each item of a list: ``tuple[str, ...]``), or ``nonempty`` for a string or a list.
+A list (``tuple[X, ...]``) has no repeated item; a field that is itself a section (a dataclass) is
+a closed mapping of its own fields. Checks that relate two fields, or that need to say why
 (``rollout.top_p`` must be 1 for training), stay in each section's ``checks``. A field's schema
 description is the first sentence of its docstring in the source.
 """
@@ -66,17 +69,26 @@ def _outside(m: dict[str, Any], v: float) -> bool:
 def check_fields(obj: Any, prefix: str) -> None:
     """Every field constraint of the dataclass instance ``obj``; ConfigError names the key
     (``rl.rollout.group_size: must be >= 2, got 1``). None passes (an optional setting left unset)."""
+    hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         m, v, key = f.metadata, getattr(obj, f.name), f"{prefix}.{f.name}"
+        if isinstance(v, Section):
+            v.validate(key)
+            continue
+        if _is_list(hints[f.name]) and v is not None and len(set(v)) != len(v):
+            raise ConfigError(f"{key}: lists an item twice: {list(v)}")
         if not m or v is None:
             continue
-        if "choices" in m and v not in m["choices"]:
-            raise ConfigError(f"{key}: unknown {m['noun']} {v!r}; choose one of {list(m['choices'])}")
+        if "choices" in m:
+            for item in v if _is_list(hints[f.name]) else (v,):
+                if item not in m["choices"]:
+                    raise ConfigError(f"{key}: unknown {m['noun']} {item!r}; choose one of {list(m['choices'])}")
         if m.get("nonempty") and not v:
             raise ConfigError(f"{key}: must not be empty")
-        for i, item in enumerate(v if isinstance(v, tuple) else (v,)):
-            if isinstance(item, (int, float)) and _outside(m, item):
-                where = f"{key}[{i}]" if isinstance(v, tuple) else key
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, tuple) else [(None, v)]
+        for i, item in items:
+            if isinstance(item, (int, float)) and not isinstance(item, bool) and _outside(m, item):
+                where = key if i is None else f"{key}.{i}" if isinstance(v, dict) else f"{key}[{i}]"
                 raise ConfigError(f"{where}: {_interval(m)}, got {item}")
 
 
@@ -98,23 +110,52 @@ _JSON = {str: "string", int: "integer", float: "number", bool: "boolean", type(N
 _BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
 
 
+def _is_list(tp: Any) -> bool:
+    """``tuple[X, ...]``: a list of any length (a fixed tuple is a pair, a triple ...)."""
+    return typing.get_origin(tp) is tuple and typing.get_args(tp)[-1:] == (Ellipsis,)
+
+
 def _type_schema(tp: Any) -> dict[str, Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        return {"type": [_JSON[a] for a in args]}
+        if all(a in _JSON for a in args):
+            return {"type": [_JSON[a] for a in args]}
+        return {"anyOf": [_type_schema(a) for a in args]}
+    if origin is typing.Literal:
+        return {"const": args[0]} if len(args) == 1 else {"enum": list(args)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(args[1])}
+    if _is_list(tp):
+        return {"type": "array", "uniqueItems": True, "items": _type_schema(args[0])}
     if origin is tuple:
         (item,) = set(args)
         return {"type": "array", "minItems": len(args), "maxItems": len(args), "items": _type_schema(item)}
+    if dataclasses.is_dataclass(tp):
+        return section_schema(tp)
     return {"type": _JSON[tp]}
+
+
+def _bounded(p: dict[str, Any]) -> dict[str, Any]:
+    """The part of a property schema that a bound applies to: an array's items, a mapping's values,
+    the numeric branch of an alternative (``int | Literal["auto"]``)."""
+    for branch in p.get("anyOf", ()):
+        if branch.get("type") not in (None, "null"):
+            return _bounded(branch)
+    if p.get("type") == "array":
+        return p["items"]
+    if p.get("type") == "object" and isinstance(p.get("additionalProperties"), dict):
+        return p["additionalProperties"]
+    return p
 
 
 def field_docs(cls: type) -> dict[str, str]:
     """The first sentence of each field's docstring (the string literal under it in the class body;
     a sentence ends at a full stop followed by a capital or a parenthesis)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):  # a section's fields inherited from another section
+        if dataclasses.is_dataclass(base):
+            docs.update(field_docs(base))
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    docs = {}
     for node, nxt in zip(body, body[1:]):
         if (
             isinstance(node, ast.AnnAssign)
@@ -137,18 +178,18 @@ def section_schema(cls: type) -> dict[str, Any]:
         m = f.metadata
         p = _type_schema(hints[f.name])
         if "choices" in m:
-            p = {"enum": list(m["choices"])}
-        target = p["items"] if p.get("type") == "array" else p
-        target.update({_BOUNDS[k]: m[k] for k in _BOUNDS if k in m})
+            enum = {"enum": list(m["choices"])}
+            p = {**p, "items": enum} if _is_list(hints[f.name]) else enum
+        _bounded(p).update({_BOUNDS[k]: m[k] for k in _BOUNDS if k in m})
         if m.get("nonempty"):
-            p["minLength"] = 1
+            p["minItems" if p.get("type") == "array" else "minLength"] = 1
         if f.name in docs:
             p["description"] = docs[f.name]
         props[f.name] = p
     return {"type": "object", "additionalProperties": False, "properties": props}
 
 
-GENERATED = "# generated from rspo/config.py by `python scripts/preset_schema.py`: do not edit below this line"
+GENERATED = "# generated from the dataclasses by `python scripts/preset_schema.py`: do not edit below this line"
 
 
 class _SchemaDumper(yaml.SafeDumper):
@@ -160,11 +201,11 @@ _SchemaDumper.add_representer(
 )
 
 
-def with_generated_block(text: str, key: str, schema: dict[str, Any], indent: int = 2) -> str:
+def with_generated_block(text: str, schemas: dict[str, dict[str, Any]], indent: int = 2) -> str:
     """The schema file's ``text`` with everything after the ``GENERATED`` line (the file's end) replaced
-    by ``key: schema`` in YAML, indented by ``indent`` (a ``$defs`` entry)."""
+    by each ``key: schema`` of ``schemas`` in YAML, indented by ``indent`` (``$defs`` entries)."""
     marker = " " * indent + GENERATED + "\n"
     if marker not in text:
         raise ValueError(f"the schema file has no line {marker.strip()!r}")
-    body = yaml.dump({key: schema}, Dumper=_SchemaDumper, sort_keys=False, width=100, allow_unicode=True)
+    body = yaml.dump(schemas, Dumper=_SchemaDumper, sort_keys=False, width=100, allow_unicode=True)
     return text[: text.index(marker) + len(marker)] + textwrap.indent(body, " " * indent)

@@ -146,7 +146,7 @@ def run_parity(
     import torch
     from trl import GRPOTrainer
 
-    from rspo.evaluate.run import evaluate_countdown
+    from rspo.evaluate.run import evaluate_countdown, evaluation_settings
     from rspo.grid import load_train_config
     from rspo.jsonl import write_json_atomic
     from rspo.models import load_model, load_tokenizer_checked, save_checkpoint, set_threads
@@ -158,10 +158,10 @@ def run_parity(
     cfg = load_train_config(preset_path, None, [f"model.path={json.dumps(base)}", *run_sets])
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = preset.evaluation("countdown")
+    settings, engine = evaluation_settings(preset, "countdown")
     fmt = cfg.data.prompt_format
     t0 = time.time()
-    base_eval = evaluate_countdown(base, data, settings, fmt)
+    base_eval = evaluate_countdown(base, data, settings, engine, fmt)
     write_json_atomic(base_eval, out_dir / "base_countdown.json")
     tok = load_tokenizer_checked(base)
     make_args = trl_rspo_args if trainer == "trl-rspo" else trl_grpo_args
@@ -190,7 +190,7 @@ def run_parity(
     t_train = time.time() - t0
     final = out_dir / "final"
     save_checkpoint(trl_trainer.model, tok, final, meta={"trainer": TRAINERS[trainer], "seed": seed})
-    result = evaluate_countdown(str(final), data, settings, fmt)
+    result = evaluate_countdown(str(final), data, settings, engine, fmt)
     write_json_atomic(result, out_dir / "countdown.json")
     keys = ("reward", "frac_reward_zero_std", "entropy", "clip_ratio/region_mean", "learning_rate")
     keys += ("router/shift_ratio_mean", "router/shift_clipfrac")

@@ -5,7 +5,7 @@
     preset.rl()                          # the training config of the preset's `rl:` (a TrainConfig)
     preset.rl("math")                    # ... with the task's overlay (`tasks.math`) merged in
     preset.rl("countdown", "mismatch")   # ... and a regime's (`mismatch.rl`)
-    preset.evaluation("countdown")       # the settings of `eval.countdown`, a copy
+    preset.evaluation("countdown")       # the settings of `eval.countdown` (a CountdownEval)
     preset.countdown_splits              # the Countdown splits evaluated (eval.countdown.splits)
     preset.pretraining()                 # the `pretrain:` section, a copy
 
@@ -26,10 +26,9 @@ from typing import Any
 
 from rspo import config as rcfg
 from rspo.config import ConfigError, TrainConfig
+from rspo.eval_config import COUNTDOWN_EVAL_SPLITS, build_eval
 
-# The held-out Countdown splits evaluated when `eval.countdown.splits` is not set (the generator
-# writes train, val and val_target; rspo.data.countdown).
-COUNTDOWN_EVAL_SPLITS: tuple[str, ...] = ("val", "val_target")
+__all__ = ["COUNTDOWN_EVAL_SPLITS", "Preset", "deep_update"]
 
 
 def deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -140,9 +139,11 @@ class Preset:
 
     # --------------------------------------------------------------------- evaluation, pretraining
 
-    def evaluation(self, family: str) -> dict[str, Any]:
-        """The settings of `eval.<family>` (countdown, math, code), a copy; {} when not set."""
-        return copy.deepcopy(dict((self.data.get("eval") or {}).get(family) or {}))
+    def evaluation(self, family: str, overrides: dict[str, Any] | None = None):
+        """The typed settings of `eval.<family>` (rspo.eval_config: CountdownEval, MathEval,
+        CodeEval; its defaults where the preset sets none), ``overrides`` (a command's flags) on
+        top, checked: a ConfigError names the key."""
+        return build_eval(family, copy.deepcopy((self.data.get("eval") or {}).get(family)), overrides)
 
     @property
     def evaluated(self) -> list[str]:
@@ -152,7 +153,7 @@ class Preset:
     @property
     def countdown_splits(self) -> list[str]:
         """The Countdown splits an evaluation scores and the tables report."""
-        return list(self.evaluation("countdown").get("splits", COUNTDOWN_EVAL_SPLITS))
+        return list(self.evaluation("countdown").splits)
 
     def pretraining(self) -> dict[str, Any]:
         """The `pretrain:` section, a copy; {} when the preset pretrains nothing."""

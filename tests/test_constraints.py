@@ -107,4 +107,4 @@ def test_field_docs_are_first_sentences():
 
 def test_the_generated_block_needs_its_marker():
     with pytest.raises(ValueError, match="no line"):
-        with_generated_block("$defs:\n  rl: {}\n", "rl", {"type": "object"})
+        with_generated_block("$defs:\n  rl: {}\n", {"rl": {"type": "object"}})

@@ -96,7 +96,7 @@ def test_settings_that_do_not_fit_the_model_are_refused_before_it_loads(chat_mod
     out = tmp_path / "x.json"
     with pytest.raises(ValueError, match="eval.math.enable_thinking: the model's chat template has a thinking switch"):
         run("math", chat_model, out, preset=_preset(tmp_path, enable_thinking=None))
-    with pytest.raises(ValueError, match="eval.math.top_k: must be an integer >= 0"):
+    with pytest.raises(ValueError, match="eval.math.top_k: must be >= 0, got -2"):
         run("math", chat_model, out, preset=_preset(tmp_path, top_k=-2))
     with pytest.raises(ValueError, match="eval.math: aime_samples and samples.aime24 both given"):
         run("math", chat_model, out, preset=_preset(tmp_path, aime_samples=4))

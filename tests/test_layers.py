@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     (
         "configuration and the planner (no torch)",
-        ["rspo.constraints", "rspo.config", "rspo.preset", "rspo.grid", "rspo.plan"],
+        ["rspo.constraints", "rspo.config", "rspo.eval_config", "rspo.preset", "rspo.grid", "rspo.plan"],
     ),
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),
     ("data sets and tokenizers", ["rspo.data", "rspo.data.*", "rspo.tokenizer"]),
@@ -414,3 +414,11 @@ def test_the_attribute_write_check_catches_an_offender(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(t):\n    t.step += 1\n    t.tracker = None\n    self.x = 1\n    self.a.b = 2\n")
     assert attribute_writes(bad) == {"t.step", "t.tracker", "self.a.b"}
+
+
+def test_the_rl_step_reads_on_one_screen():
+    """Trainer.train_step: rollout -> advantages -> old pass -> update -> sync -> metrics, in at most
+    25 lines (the parts it calls hold the rest: rspo.train.policy, .update, .step_metrics)."""
+    tree = ast.parse(MODULES["rspo.train.trainer"].read_text(encoding="utf-8"))
+    (fn,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "train_step"]
+    assert fn.end_lineno - fn.lineno + 1 <= 25, f"train_step is {fn.end_lineno - fn.lineno + 1} lines"

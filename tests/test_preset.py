@@ -48,11 +48,12 @@ def test_a_task_and_a_regime_overlay_the_rl_section_as_a_run_does():
 def test_values_are_copies_and_names_fall_back_to_the_file(tmp_path):
     data = yaml.safe_load(SMOKE.read_text())
     p = Preset(data)
-    p.evaluation("countdown")["size"] = 999
     p.rl_section("math")["data"]["task"] = "code"
     p.pretraining()["model"]["num_experts"] = 999
     assert data == yaml.safe_load(SMOKE.read_text())  # nothing a caller changes reaches the preset
-    assert p.evaluation("nothing") == {} and set(p.evaluated) == {"countdown", "math", "code"}
+    assert set(p.evaluated) == {"countdown", "math", "code"}
+    with pytest.raises(ConfigError, match="eval.nothing: unknown evaluation family"):
+        p.evaluation("nothing")
     del data["preset"]
     f = tmp_path / "mine.yaml"
     f.write_text(yaml.safe_dump(data))

@@ -54,12 +54,16 @@ def main(argv: list[str] | None = None) -> int:
 
     set_threads(args.threads)
     preset = Preset.load(args.preset)
-    flags = {k: getattr(args, k, None) for k in ("temperature", "n", "limit", "max_new_tokens", "backend", "seed")}
+    flags = {k: getattr(args, k, None) for k in ("temperature", "n", "limit", "max_new_tokens", "backend")}
+    if family == "countdown":  # a split's problems: `size` (`limit` its earlier spelling, which size outranks)
+        flags["size"] = flags.pop("limit")
+    else:
+        flags["seed"] = args.seed
     flags.update({k: getattr(args, k, None) for k in ("splits", "benchmarks") if getattr(args, k, None)})
-    settings = run.evaluation_settings(preset, family, {k: v for k, v in flags.items() if v is not None})
+    settings, engine = run.evaluation_settings(preset, family, {k: v for k, v in flags.items() if v is not None})
     inputs: list = [(args.model, "model")]
     if family == "countdown":
-        splits = tuple(f"{s}.jsonl" for s in settings.get("splits", run.COUNTDOWN_EVAL_SPLITS))
+        splits = tuple(f"{s}.jsonl" for s in settings.splits)
         inputs.append((args.data, "countdown", splits))
     if refuse_missing(f"evaluate {family}", inputs):
         return 2
@@ -68,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     datasets: list[tuple[str, str]] = []
     if family == "countdown":
         fmt = preset.rl().data.prompt_format
-        result = run.evaluate_countdown(args.model, args.data, settings, fmt, progress)
+        result = run.evaluate_countdown(args.model, args.data, settings, engine, fmt, progress)
         datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
     else:
-        result = run.evaluate_suite(family, args.model, settings, progress)
+        result = run.evaluate_suite(family, args.model, settings, engine, progress)
     result["wall_time_s"] = time.time() - t0
     from rspo.jsonl import write_json_atomic
 

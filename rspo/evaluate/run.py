@@ -27,63 +27,57 @@ ends with a line that carries its accuracy (``acc``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rspo.preset import COUNTDOWN_EVAL_SPLITS, Preset
+from rspo.eval_config import CountdownEval, SuiteEval
+from rspo.preset import Preset
 
 
-def evaluation_settings(preset: Preset, family: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The family's evaluation settings: the preset's ``eval.<family>``, then ``overrides`` (the
-    command's flags that were given), then the engine, precision and device of the preset's runs
-    where the evaluation names none."""
-    s = preset.evaluation(family)
-    s.update(overrides or {})
-    # the runs' engine, precision and device (rl, or with the task's overlay)
+@dataclass(frozen=True)
+class EvalEngine:
+    """What an evaluation generates with: the backend, its precision and device (the preset's
+    runs' where the evaluation section names no backend), the GPUs of one vLLM engine."""
+
+    backend: str
+    dtype: str
+    device: str
+    tensor_parallel_size: int
+
+    def options(self) -> dict[str, Any]:
+        """A vLLM evaluation engine has its GPUs to itself: vLLM's default share of their memory
+        (the share rspo.gpu_memory.plan plans), over every GPU of the job."""
+        from rspo.gpu_memory.plan import EVAL_UTILIZATION
+
+        return {"tensor_parallel_size": self.tensor_parallel_size, "gpu_memory_utilization": EVAL_UTILIZATION}
+
+
+def evaluation_settings(preset: Preset, family: str, overrides: dict[str, Any] | None = None):
+    """The family's evaluation settings (rspo.eval_config: the preset's ``eval.<family>``, then
+    ``overrides``, the command's flags that were given) and its engine (``EvalEngine``: the
+    engine, precision and device of the preset's runs, rl or with the task's overlay, where the
+    section names no backend)."""
+    settings = preset.evaluation(family, overrides)
     runs = preset.rl(family)
-    s.setdefault("backend", runs.rollout.backend)
-    s.setdefault("dtype", runs.model.dtype)
-    s.setdefault("device", runs.model.device)
-    s["tensor_parallel_size"] = engine_tensor_parallel(s.get("tensor_parallel_size", "auto"), s["backend"])
-    return s
+    backend = settings.backend or runs.rollout.backend
+    tp = engine_tensor_parallel(settings.tensor_parallel_size, backend)
+    return settings, EvalEngine(backend, runs.model.dtype, runs.model.device, tp)
 
 
-def decoding_of(settings: dict[str, Any], family: str):
-    """The family's decoding settings (rspo.evaluate.decoding.Decoding), checked, errors naming
-    the preset key. ``aime_samples: k`` is the earlier spelling of ``samples: {aime24: k}``."""
+def decoding_of(settings: SuiteEval):
+    """The section's decoding settings (rspo.evaluate.decoding.Decoding)."""
     from rspo.evaluate.decoding import Decoding
-    from rspo.evaluate.suites import DEFAULT_MATH_SAMPLES
 
-    where = f"eval.{family}"
-    samples = dict(settings.get("samples") or {})
-    if "aime_samples" in settings:
-        if "aime24" in samples:
-            raise ValueError(f"{where}: aime_samples and samples.aime24 both given; keep samples")
-        samples["aime24"] = int(settings["aime_samples"])
-    if family == "math" and "samples" not in settings and "aime_samples" not in settings and "n" not in settings:
-        samples = dict(DEFAULT_MATH_SAMPLES)
-    d = Decoding(
-        temperature=float(settings.get("temperature", 0.0)),
-        top_p=float(settings.get("top_p", 1.0)),
-        top_k=settings.get("top_k", 0),
-        max_new_tokens=int(settings.get("max_new_tokens", 512)),
-        samples=samples,
-        n=int(settings.get("n", 1)),
-        seed=int(settings.get("seed", 0)),
+    return Decoding(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        max_new_tokens=settings.max_new_tokens,
+        samples=settings.samples_per_benchmark(),
+        n=settings.n or 1,
+        seed=settings.seed,
     )
-    d.check(where)
-    return d
-
-
-def engine_options(settings: dict[str, Any]) -> dict[str, Any]:
-    """A vLLM evaluation engine has its GPUs to itself: vLLM's default share of their memory (the
-    share rspo.gpu_memory.plan plans), over every GPU of the job."""
-    from rspo.gpu_memory.plan import EVAL_UTILIZATION
-
-    return {
-        "tensor_parallel_size": int(settings.get("tensor_parallel_size", 1)),
-        "gpu_memory_utilization": EVAL_UTILIZATION,
-    }
 
 
 def engine_tensor_parallel(setting: int | str, backend: str) -> int:
@@ -130,24 +124,27 @@ class PhaseProgress:
 
 
 def evaluate_countdown(
-    model_dir: str, data_dir: str, settings: dict[str, Any], prompt_format: str, progress: PhaseProgress | None = None
+    model_dir: str,
+    data_dir: str,
+    settings: CountdownEval,
+    engine: EvalEngine,
+    prompt_format: str,
+    progress: PhaseProgress | None = None,
 ) -> dict[str, Any]:
     from rspo.data.countdown import load_split
     from rspo.rollout import load_generator
     from rspo.tasks import get_task, reason_counts
 
     task = get_task("countdown", prompt_format)
-    max_new = int(settings.get("max_new_tokens", 64))
-    temperature = float(settings.get("temperature", 0.0))
-    n = int(settings.get("n", 1)) if temperature > 0 else 1
+    temperature, n = settings.temperature, settings.samples
     gen = load_generator(
         model_dir,
-        settings.get("backend", "hf"),
-        max_new_tokens=max_new,
-        dtype=settings.get("dtype", "float32"),
-        device=settings.get("device", "auto"),
+        engine.backend,
+        max_new_tokens=settings.max_new_tokens,
+        dtype=engine.dtype,
+        device=engine.device,
         progress=progress.advance if progress else None,
-        engine_options=engine_options(settings),
+        engine_options=engine.options(),
     )
     out: dict[str, Any] = {
         "model": str(model_dir),
@@ -156,11 +153,10 @@ def evaluate_countdown(
         "config": {**gen.settings, "temperature": temperature, "n": n},
         "splits": {},
     }
-    for split in settings.get("splits", COUNTDOWN_EVAL_SPLITS):
+    for split in settings.splits:
         records = load_split(Path(data_dir) / f"{split}.jsonl")
-        limit = int(settings.get("size", settings.get("limit", 0)) or 0)
-        if limit:
-            records = records[:limit]
+        if settings.problems:
+            records = records[: settings.problems]
         prompts = [task.prompt(r) for r in records]
         if progress:
             progress.start(split, len(prompts))
@@ -184,39 +180,48 @@ def evaluate_countdown(
     return out
 
 
-def evaluate_suite(family: str, model: str, settings: dict[str, Any], progress: PhaseProgress) -> dict[str, Any]:
-    """Math or code: settings checked and the prompt format resolved against the model's
-    tokenizer first, then the generator built and the suite run; the result's config records it all."""
+def evaluate_suite(
+    family: str, model: str, settings: SuiteEval, engine: EvalEngine, progress: PhaseProgress
+) -> dict[str, Any]:
+    """Math or code: the prompt format resolved against the model's tokenizer first (the settings
+    were checked when read), then the generator built and the suite run; the result's config
+    records it all."""
     from rspo.chat import resolve_format
     from rspo.evaluate import suites
     from rspo.hub import resolve_model
     from rspo.models import load_tokenizer_checked
     from rspo.rollout import load_generator
 
-    decoding = decoding_of(settings, family)
+    decoding = decoding_of(settings)
+    decoding.check(f"eval.{family}")
     tokenizer = load_tokenizer_checked(resolve_model(model))
-    fmt = resolve_format(family, settings.get("template"), settings.get("enable_thinking"), tokenizer, f"eval.{family}")
+    fmt = resolve_format(family, settings.template, settings.enable_thinking, tokenizer, f"eval.{family}")
     gen = load_generator(
         model,
-        settings.get("backend", "hf"),
+        engine.backend,
         max_new_tokens=decoding.max_new_tokens,
         top_p=decoding.top_p,
         top_k=decoding.top_k,
         seed=decoding.seed,
-        dtype=settings["dtype"],
-        device=settings["device"],
+        dtype=engine.dtype,
+        device=engine.device,
         progress=progress.advance,
-        engine_options=engine_options(settings),
+        engine_options=engine.options(),
     )
-    kwargs = {k: settings[k] for k in ("benchmarks", "limit", "workers") if k in settings}
-    kwargs.update(decoding=decoding, prompt_format=fmt, on_benchmark=progress.start)
+    kwargs: dict[str, Any] = dict(
+        benchmarks=list(settings.benchmarks),
+        limit=settings.limit,
+        workers=settings.workers,
+        decoding=decoding,
+        prompt_format=fmt,
+        on_benchmark=progress.start,
+    )
     if family == "math":
         result = suites.evaluate_math(gen, **kwargs)
-    else:
-        for key in ("data_paths", "revisions"):  # offline fixtures / local copies; other hub pins
-            if key in settings:
-                kwargs[key] = dict(settings[key])
-        result = suites.evaluate_code(gen, **kwargs)
+    else:  # offline fixtures / local copies; other hub pins
+        paths = {k: v for k, v in vars(settings.data_paths).items() if v is not None}
+        revisions = {k: v for k, v in vars(settings.revisions).items() if v is not None}
+        result = suites.evaluate_code(gen, data_paths=paths or None, revisions=revisions or None, **kwargs)
     progress.close()
     result["model"] = str(model)
     result["config"] = {**gen.settings, **result["config"]}  # the suite's settings are the ones used

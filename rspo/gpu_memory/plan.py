@@ -499,7 +499,7 @@ def preset_setup(preset: dict[str, Any], gpu_gib: float) -> Setup:
     plan = Plan(preset)
     res_train, res_eval = plan.resources("train"), plan.resources("evaluate")
     W = max(1, int(res_train["processes"]))
-    eval_new = max((int(plan.spec.evaluation(f).get("max_new_tokens", 0)) for f in plan.spec.evaluated), default=0)
+    eval_new = max((plan.spec.evaluation(f).max_new_tokens for f in plan.spec.evaluated), default=0)
     return Setup(
         gpu_gib=gpu_gib,
         world=W,

@@ -330,7 +330,7 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
     benches: dict[str, list[str]] = {}
     extras: dict[str, list[str]] = {}
     for task in per_task:
-        wanted = plan.spec.evaluation(task).get("benchmarks", list(ref.BENCHMARKS[task]))
+        wanted = plan.spec.evaluation(task).benchmarks
         benches[task] = [b for b in ref.BENCHMARKS[task] if b in wanted]
         extras[task] = [b for b in ref.EXTRA_BENCHMARKS[task] if b in wanted]
         columns += [ref.BENCHMARK_LABELS[b] for b in benches[task]] + ["Avg."]

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rspo.config import ConfigError, check_type
+from rspo.constraints import Section, setting
 from rspo.data.countdown.solver import first_solution, fits_int64, solvable_rows
 from rspo.data.countdown.traces import HEURISTICS, make_record
 from rspo.jsonl import write_atomic
@@ -36,69 +38,47 @@ MAX_REDRAWS = 10_000
 
 
 @dataclass(frozen=True)
-class CountdownConfig:
-    """Generation parameters (the YAML presets' top-level `countdown:` mapping)."""
+class CountdownConfig(Section):
+    """Generation parameters (the YAML presets' top-level `countdown:` mapping; its schema is
+    generated from this class: scripts/preset_schema.py)."""
 
-    num_numbers: int = 4
-    """Numbers per problem (Qin et al.: 4; CPU presets: 3). Allowed 2..5."""
-    max_number: int = 99
+    num_numbers: int = setting(4, ge=2, le=5)
+    """Numbers per problem (Qin et al.: 4; CPU presets: 3)."""
+    max_number: int = setting(99, ge=1)
     """Numbers are drawn uniformly from 1..max_number (Qin et al.: 1..99)."""
-    min_target: int = 10
+    min_target: int = setting(10, ge=1)
     """Smallest target (Qin et al.: 10)."""
-    max_target: int = 100
+    max_target: int = setting(100, ge=1)
     """Largest target (Qin et al.: 100)."""
-    train_size: int = 500_000
+    train_size: int = setting(500_000, ge=0)
     """Problems in split `train` (Qin et al.: 500,000)."""
-    val_size: int = 1000
+    val_size: int = setting(1000, ge=0)
     """Problems in split `val`: train targets, no solution shared with train (Qin et al.: 1,000)."""
-    val_target_size: int = 1000
+    val_target_size: int = setting(1000, ge=0)
     """Problems in split `val_target`: held-out targets only (Qin et al.: 1,000)."""
-    heldout_target_frac: float = 0.1
+    heldout_target_frac: float = setting(0.1, ge=0, lt=1)
     """Fraction of the targets held out for `val_target` (Qin et al.: 10%, `len // 10`)."""
-    seed: int = 4
+    seed: int = setting(4, ge=0)
     """Random seed (Qin et al.'s gen_task.sh: 4)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "num_numbers",
-            "max_number",
-            "min_target",
-            "max_target",
-            "train_size",
-            "val_size",
-            "val_target_size",
-            "seed",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"countdown: {name} must be an int, got {value!r}")
+        for f in dataclasses.fields(self):  # built from flags or a preset's mapping: the types first
+            check_type(f"countdown.{f.name}", getattr(self, f.name), float if f.type == "float" else int)
+        self.validate("countdown")
+
+    def checks(self, prefix: str) -> None:
         frac = self.heldout_target_frac
-        if isinstance(frac, bool) or not isinstance(frac, (int, float)):
-            raise ValueError(f"countdown: heldout_target_frac must be a number, got {frac!r}")
-        if not 2 <= self.num_numbers <= 5:
-            raise ValueError(f"countdown: num_numbers must be in 2..5, got {self.num_numbers}")
-        if self.seed < 0:
-            raise ValueError(f"countdown: seed must be >= 0, got {self.seed}")
-        if self.max_number < 1:
-            raise ValueError(f"countdown: max_number must be >= 1, got {self.max_number}")
-        if self.min_target < 1:
-            raise ValueError(f"countdown: min_target must be >= 1, got {self.min_target}")
         if self.min_target > self.max_target:
-            raise ValueError(f"countdown: min_target ({self.min_target}) > max_target ({self.max_target})")
-        for name in ("train_size", "val_size", "val_target_size"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"countdown: {name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= frac < 1.0:
-            raise ValueError(f"countdown: heldout_target_frac must be in [0, 1), got {frac}")
+            raise ConfigError(f"{prefix}: min_target ({self.min_target}) > max_target ({self.max_target})")
         train_t, held_t = split_targets(self)
         if self.val_target_size > 0 and not held_t:
-            raise ValueError(
-                f"countdown: heldout_target_frac={frac} holds out no target of "
+            raise ConfigError(
+                f"{prefix}: heldout_target_frac={frac} holds out no target of "
                 f"{self.min_target}..{self.max_target}, but val_target_size={self.val_target_size}"
             )
         if (self.train_size > 0 or self.val_size > 0) and not train_t:
-            raise ValueError(
-                f"countdown: heldout_target_frac={frac} leaves no training target in "
+            raise ConfigError(
+                f"{prefix}: heldout_target_frac={frac} leaves no training target in "
                 f"{self.min_target}..{self.max_target}"
             )
 
