@@ -191,16 +191,12 @@ def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
 def heldout_accuracy(
     model, tok, task: str, records: list[dict], fmt: str, max_new_tokens: int, prompt_format: Any = None
 ) -> dict[str, Any]:
+    from rspo.rollout import Sampling
     from rspo.rollout.hf import HFBackend
     from rspo.tasks import generate_and_score, get_task, reason_counts
 
-    scored = generate_and_score(
-        HFBackend(model, tok),
-        get_task(task, fmt, prompt_format),
-        records,
-        temperature=0.0,
-        max_new_tokens=max_new_tokens,
-    )
+    greedy = Sampling(temperature=0.0, max_new_tokens=max_new_tokens)
+    scored = generate_and_score(HFBackend(model, tok), get_task(task, fmt, prompt_format), records, greedy)
     return {
         "accuracy": sum(s for s, _ in scored) / max(1, len(scored)),
         "n": len(scored),

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from rspo.models import load_model, load_tokenizer_checked
-    from rspo.rollout import make_backend
+    from rspo.rollout import Sampling, make_backend
     from rspo.tasks import get_task, load_records
 
     task = get_task("countdown")
@@ -50,15 +50,15 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     vllm = make_backend("vllm", model, tok, model_path=args.model, dtype="float32")
     engine_s = time.perf_counter() - t0
-    kw = dict(temperature=1.0, max_new_tokens=args.max_new_tokens)
-    vllm.generate(prompts[:2], 2, seed=999, **kw)  # first-call overheads out of the timing
-    hf.generate(prompts[:2], 2, seed=999, **kw)
+    warm = Sampling(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=999)
+    vllm.generate(prompts[:2], 2, warm)  # first-call overheads out of the timing
+    hf.generate(prompts[:2], 2, warm)
     speed: dict[str, list[float]] = {"hf": [], "vllm": []}
     secs: dict[str, list[float]] = {"hf": [], "vllm": []}
     for r in range(args.rounds):
         for name, backend in (("hf", hf), ("vllm", vllm)):
             t = time.perf_counter()
-            batch = backend.generate(prompts, args.group, seed=r, **kw)
+            batch = backend.generate(prompts, args.group, Sampling(1.0, max_new_tokens=args.max_new_tokens, seed=r))
             dt = time.perf_counter() - t
             secs[name].append(dt)
             speed[name].append(batch.num_response_tokens / dt)

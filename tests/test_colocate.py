@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rspo.distributed import Dist
-from rspo.rollout.base import RolloutBatch
+from rspo.rollout.base import RolloutBatch, Sampling
 from rspo.rollout.colocate import EngineSleep, check_tensor_parallel, generate_share
 
 
@@ -30,7 +30,7 @@ class FakeEngineBackend:
     def __init__(self):
         self.calls = []
 
-    def generate(self, prompts, n, *, row_offset=0, **sampling):
+    def generate(self, prompts, n, sampling, *, row_offset=0, record_routing=False):
         self.calls.append((list(prompts), n, row_offset, sampling))
         B = len(prompts) * n
         ids = torch.arange(row_offset, row_offset + B)[:, None].repeat(1, 2)
@@ -43,12 +43,14 @@ def test_each_rank_keeps_its_rows_of_its_groups_rollout(tp):
     shares = {}
     for rank in range(4):
         backend = FakeEngineBackend()
-        batch = generate_share(backend, prompts, 3, Dist(rank=rank, world_size=4, local_world_size=4), tp, seed=9)
+        batch = generate_share(
+            backend, prompts, 3, Dist(rank=rank, world_size=4, local_world_size=4), tp, Sampling(1.0, seed=9)
+        )
         shares[rank] = batch.responses
         ((called, n, offset, sampling),) = backend.calls
         group = rank // tp
         assert called == prompts[group * tp * 2 : (group + 1) * tp * 2]  # the group's prompts, in rank order
-        assert n == 3 and offset == group * tp * 2 * 3 and sampling == {"seed": 9}  # global row seeds
+        assert n == 3 and offset == group * tp * 2 * 3 and sampling == Sampling(1.0, seed=9)  # global row seeds
     for rank in range(4):  # every rank's own rows, as with an engine per rank
         assert shares[rank] == [f"row{r}" for r in range(rank * 6, rank * 6 + 6)]
 

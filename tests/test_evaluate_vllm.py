@@ -46,6 +46,7 @@ def test_the_engine_applies_top_k(chat_model):
 
     from rspo.chat import resolve_format
     from rspo.prompts import math_item_prompt
+    from rspo.rollout.base import Sampling
     from rspo.rollout.vllm import VLLMBackend
 
     tok = AutoTokenizer.from_pretrained(str(chat_model))
@@ -53,9 +54,9 @@ def test_the_engine_applies_top_k(chat_model):
     prompts = [math_item_prompt(q, fmt) for q in ("What is 2+3?", "Find x if 2x = 10.")]
     engine = VLLMBackend(None, tok, model_path=str(chat_model), dtype="float32", seed=0)
     try:
-        greedy = engine.generate(prompts, 1, temperature=0.0, max_new_tokens=12, seed=0)
-        one = engine.generate(prompts, 2, temperature=2.0, top_k=1, max_new_tokens=12, seed=1)
-        free = engine.generate(prompts, 2, temperature=2.0, max_new_tokens=12, seed=1)
+        greedy = engine.generate(prompts, 1, Sampling(temperature=0.0, max_new_tokens=12, seed=0))
+        one = engine.generate(prompts, 2, Sampling(temperature=2.0, top_k=1, max_new_tokens=12, seed=1))
+        free = engine.generate(prompts, 2, Sampling(temperature=2.0, max_new_tokens=12, seed=1))
     finally:
         engine.release()
     assert one.responses == [r for r in greedy.responses for _ in range(2)]

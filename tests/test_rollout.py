@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rspo.rollout.base import pack_rows, response_mask_from_ids, stop_token_ids
+from rspo.rollout.base import Sampling, pack_rows, response_mask_from_ids, stop_token_ids
 from rspo.rollout.hf import HFBackend, _nucleus, _top_k
 from rspo.rollout.vllm import VLLMBackend
 from rspo.seeding import row_seed
@@ -43,9 +43,9 @@ def test_hf_backend_layout_and_seeding(tiny):
     model, tok = tiny
     backend = HFBackend(model, tok)
     prompts = ["nums 1 2 target 3:", "nums 10 20 30 target 60:"]
-    a = backend.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=7)
-    b = backend.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=7)
-    c = backend.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=8)
+    a = backend.generate(prompts, 3, Sampling(temperature=1.0, max_new_tokens=6, seed=7))
+    b = backend.generate(prompts, 3, Sampling(temperature=1.0, max_new_tokens=6, seed=7))
+    c = backend.generate(prompts, 3, Sampling(temperature=1.0, max_new_tokens=6, seed=8))
     assert torch.equal(a.input_ids, b.input_ids) and a.responses == b.responses  # same seed, same draws
     assert not torch.equal(a.input_ids, c.input_ids)
     B, L = a.input_ids.shape
@@ -55,7 +55,7 @@ def test_hf_backend_layout_and_seeding(tiny):
     assert a.attention_mask[0, 0] == 0 and a.attention_mask[1 * 3, 0] == 1  # the short prompt is left-padded
     assert torch.equal(a.attention_mask[:, a.prompt_width :].float(), a.response_mask)
     model.train()
-    backend.generate(prompts, 1, temperature=0.0, max_new_tokens=4, seed=0)
+    backend.generate(prompts, 1, Sampling(temperature=0.0, max_new_tokens=4, seed=0))
     assert model.training  # generation runs in eval mode and restores the caller's mode
 
 
@@ -108,10 +108,10 @@ def test_hf_rows_do_not_depend_on_the_rest_of_the_batch(tiny):
     """Per-row streams: the rollout of prompts split over two calls (two ranks) equals one call."""
     model, tok = tiny
     backend = HFBackend(model, tok)
-    kw = dict(temperature=1.0, max_new_tokens=10, seed=11)
-    whole = backend.generate(PROMPTS, 2, **kw)
-    first = backend.generate(PROMPTS[:2], 2, row_offset=0, **kw)
-    second = backend.generate(PROMPTS[2:], 2, row_offset=4, **kw)
+    kw = Sampling(temperature=1.0, max_new_tokens=10, seed=11)
+    whole = backend.generate(PROMPTS, 2, kw)
+    first = backend.generate(PROMPTS[:2], 2, kw, row_offset=0)
+    second = backend.generate(PROMPTS[2:], 2, kw, row_offset=4)
     p_all, r_all = whole.token_rows()
     p1, r1 = first.token_rows()
     p2, r2 = second.token_rows()
@@ -134,20 +134,20 @@ def test_generate_chunks_gives_the_rows_of_one_call_whatever_the_chunk(tiny):
 
     model, tok = tiny
     backend = HFBackend(model, tok)
-    kw = dict(temperature=1.0, max_new_tokens=10, seed=11)
-    whole = backend.generate(PROMPTS, 2, row_offset=6, **kw).responses
+    kw = Sampling(temperature=1.0, max_new_tokens=10, seed=11)
+    whole = backend.generate(PROMPTS, 2, kw, row_offset=6).responses
     for chunk in (1, 3, 4, 10):
-        parts = list(generate_chunks(backend, PROMPTS, 2, chunk, row_offset=6, **kw))
+        parts = list(generate_chunks(backend, PROMPTS, 2, chunk, kw, row_offset=6))
         assert [i for i, _ in parts] == list(range(0, len(PROMPTS), chunk))
         assert [r for _, b in parts for r in b.responses] == whole
     with pytest.raises(TypeError, match="max_tokens"):
-        list(generate_chunks(backend, PROMPTS, 1, 2, temperature=1.0, max_tokens=5))
+        list(generate_chunks(backend, PROMPTS, 1, 2, Sampling(temperature=1.0), max_tokens=5))
 
 
 def test_hf_greedy_matches_transformers_generate(tiny):
     """Our KV-cache loop (positions from the mask, left padding) decodes what `generate` decodes."""
     model, tok = tiny
-    ours = HFBackend(model, tok).generate(PROMPTS, 1, temperature=0.0, max_new_tokens=8)
+    ours = HFBackend(model, tok).generate(PROMPTS, 1, Sampling(temperature=0.0, max_new_tokens=8))
     enc = tok(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
     ref = model.generate(
         **enc, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
@@ -170,7 +170,7 @@ def test_hf_sampling_follows_the_model_distribution(tiny):
         model.lm_head.weight.mul_(8.0)
     prompt = PROMPTS[0]
     n = 8000
-    batch = HFBackend(model, tok).generate([prompt], n, temperature=1.3, max_new_tokens=1, seed=5)
+    batch = HFBackend(model, tok).generate([prompt], n, Sampling(temperature=1.3, max_new_tokens=1, seed=5))
     first = batch.response_ids[:, 0]
     enc = tok([prompt], return_tensors="pt")
     with torch.no_grad():
@@ -194,7 +194,9 @@ def test_hf_sampling_follows_the_model_distribution(tiny):
     # top-p: nothing outside the nucleus is ever drawn, the top token always stays
     nucleus = _nucleus(torch.log(probs)[None], 0.5)[0]
     assert torch.isfinite(nucleus[probs.argmax()])
-    batch = HFBackend(model, tok).generate([prompt], 500, temperature=1.3, top_p=0.5, max_new_tokens=1, seed=5)
+    batch = HFBackend(model, tok).generate(
+        [prompt], 500, Sampling(temperature=1.3, top_p=0.5, max_new_tokens=1, seed=5)
+    )
     assert torch.isfinite(nucleus[batch.response_ids[:, 0]]).all()
 
 
@@ -222,28 +224,28 @@ def test_top_k_then_top_p_keep_the_tokens_transformers_warpers_keep():
 def test_hf_top_k_one_samples_the_greedy_tokens_and_top_k_is_applied(tiny):
     model, tok = tiny
     backend = HFBackend(model, tok)
-    greedy = backend.generate(PROMPTS, 1, temperature=0.0, max_new_tokens=8)
-    one = backend.generate(PROMPTS, 1, temperature=2.0, top_k=1, max_new_tokens=8, seed=3)
+    greedy = backend.generate(PROMPTS, 1, Sampling(temperature=0.0, max_new_tokens=8))
+    one = backend.generate(PROMPTS, 1, Sampling(temperature=2.0, top_k=1, max_new_tokens=8, seed=3))
     assert one.responses == greedy.responses and torch.equal(one.input_ids, greedy.input_ids)
-    wide = backend.generate(PROMPTS, 1, temperature=2.0, max_new_tokens=8, seed=3)
+    wide = backend.generate(PROMPTS, 1, Sampling(temperature=2.0, max_new_tokens=8, seed=3))
     assert wide.responses != greedy.responses  # without the cut, temperature 2 leaves the greedy path
     enc = tok([PROMPTS[0]], return_tensors="pt")
     with torch.no_grad():
         first = model(**enc).logits[0, -1].float()
     allowed = set(first.topk(3).indices.tolist())
-    batch = backend.generate([PROMPTS[0]], 200, temperature=3.0, top_k=3, max_new_tokens=1, seed=1)
+    batch = backend.generate([PROMPTS[0]], 200, Sampling(temperature=3.0, top_k=3, max_new_tokens=1, seed=1))
     assert set(batch.response_ids[:, 0].tolist()) <= allowed
     with pytest.raises(ValueError, match="top_k must be an integer >= 0"):
-        backend.generate(PROMPTS, 1, temperature=1.0, top_k=-1, max_new_tokens=2)
+        backend.generate(PROMPTS, 1, Sampling(temperature=1.0, top_k=-1, max_new_tokens=2))
     with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\]"):
-        backend.generate(PROMPTS, 1, temperature=1.0, top_p=0.0, max_new_tokens=2)
+        backend.generate(PROMPTS, 1, Sampling(temperature=1.0, top_p=0.0, max_new_tokens=2))
 
 
 def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     model, tok = tiny
     engine = FakeEngine(tok.eos_token_id)
     backend = VLLMBackend(model, tok, engine=engine, sampling_params_cls=FakeSamplingParams)
-    batch = backend.generate(["a b c", "d e"], 2, temperature=1.0, max_new_tokens=8, seed=3)
+    batch = backend.generate(["a b c", "d e"], 2, Sampling(temperature=1.0, max_new_tokens=8, seed=3))
     P = batch.prompt_width
     lens = [len(ids) for ids in tok(["a b c", "d e"])["input_ids"]]  # the engine gets the hf tokenisation
     assert P == lens[0] > lens[1] and batch.input_ids.shape == (4, P + 3)
@@ -262,12 +264,12 @@ def test_vllm_backend_with_a_fake_engine(tiny, tmp_path):
     # one seeded request per prompt, seeded by the global row of its first response
     assert [q.seed for q in engine.params] == [row_seed(3, 0), row_seed(3, 2)]
     assert [(q.top_p, q.top_k) for q in engine.params] == [(1.0, 0)] * 2
-    backend.generate(["a b c"], 1, temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=8, seed=3)
+    backend.generate(["a b c"], 1, Sampling(temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=8, seed=3))
     assert (engine.params[0].temperature, engine.params[0].top_p, engine.params[0].top_k) == (0.6, 0.95, 20)
-    backend.generate(["a b c"], 1, temperature=0.0, top_p=0.95, top_k=20, max_new_tokens=8, seed=3)
+    backend.generate(["a b c"], 1, Sampling(temperature=0.0, top_p=0.95, top_k=20, max_new_tokens=8, seed=3))
     assert (engine.params[0].top_p, engine.params[0].top_k) == (1.0, 0)  # greedy: no cut to pass
     assert all(q.stop_token_ids == stop_token_ids(tok) for q in engine.params)
-    backend.generate(["d e"], 2, temperature=1.0, max_new_tokens=8, seed=3, row_offset=2)
+    backend.generate(["d e"], 2, Sampling(temperature=1.0, max_new_tokens=8, seed=3), row_offset=2)
     assert engine.params[0].seed == row_seed(3, 2)
     # a sync reloads every weight under the names and in the format save_pretrained writes
     backend.sync_weights(model)
@@ -313,7 +315,7 @@ def test_a_special_token_ends_the_response(tiny):
 
     handle = model.lm_head.register_forward_hook(force_unk)
     try:
-        batch = HFBackend(model, tok).generate(PROMPTS[:2], 2, temperature=1.0, max_new_tokens=8, seed=3)
+        batch = HFBackend(model, tok).generate(PROMPTS[:2], 2, Sampling(temperature=1.0, max_new_tokens=8, seed=3))
     finally:
         handle.remove()
     lengths = batch.response_mask.sum(1)

@@ -25,6 +25,7 @@ from vllm_checks import (  # noqa: E402
     train_cfg,
 )
 
+from rspo.rollout.base import Sampling  # noqa: E402
 from rspo.rollout.hf import HFBackend  # noqa: E402
 from rspo.rollout.vllm import VLLMBackend  # noqa: E402
 from rspo.tokenizer import build_tokenizer  # noqa: E402
@@ -188,11 +189,17 @@ def served(tmp_path_factory):
         model.lm_head.weight[tok.unk_token_id] *= 2.0  # <unk> wins at a few positions
         # EOS takes over from one of the tokens greedy decoding emits: the first (by frequency) that
         # gives the case mix of test_greedy_batch_equals_the_hf_backend_field_by_field
-        rows = HFBackend(model, tok).generate(GREEDY_PROMPTS, 1, temperature=0.0, max_new_tokens=12).token_rows()[1]
+        rows = (
+            HFBackend(model, tok)
+            .generate(GREEDY_PROMPTS, 1, Sampling(temperature=0.0, max_new_tokens=12))
+            .token_rows()[1]
+        )
         emitted = torch.tensor([t for r in rows for t in r if t not in tok.all_special_ids])
         for token in torch.bincount(emitted).argsort(descending=True)[:8].tolist():
             model.lm_head.weight[tok.eos_token_id] = 1.1 * model.lm_head.weight[token]
-            if case_mix(HFBackend(model, tok).generate(GREEDY_PROMPTS, 1, temperature=0.0, max_new_tokens=12), tok):
+            if case_mix(
+                HFBackend(model, tok).generate(GREEDY_PROMPTS, 1, Sampling(temperature=0.0, max_new_tokens=12)), tok
+            ):
                 break
         else:
             pytest.fail("no EOS row gives greedy rows that stop on EOS, on another special token and at max_tokens")
@@ -207,11 +214,11 @@ def test_rows_do_not_depend_on_how_prompts_are_split(served):
     """A prompt's n responses depend only on (seed, its global row): one call equals two calls with
     row offsets (two ranks), and a different seed gives other responses."""
     backend, _, _ = served
-    kw = dict(temperature=1.0, max_new_tokens=10, seed=11)
-    whole = backend.generate(PROMPTS, 3, **kw)
-    first = backend.generate(PROMPTS[:1], 3, row_offset=0, **kw)
-    rest = backend.generate(PROMPTS[1:], 3, row_offset=3, **kw)
-    reordered = backend.generate(PROMPTS[1:] + PROMPTS[:1], 3, **kw, row_offset=3)  # prompt 0 now last
+    kw = Sampling(temperature=1.0, max_new_tokens=10, seed=11)
+    whole = backend.generate(PROMPTS, 3, kw)
+    first = backend.generate(PROMPTS[:1], 3, kw, row_offset=0)
+    rest = backend.generate(PROMPTS[1:], 3, kw, row_offset=3)
+    reordered = backend.generate(PROMPTS[1:] + PROMPTS[:1], 3, kw, row_offset=3)  # prompt 0 now last
     p_all, r_all = whole.token_rows()
     p1, r1 = first.token_rows()
     p2, r2 = rest.token_rows()
@@ -220,7 +227,7 @@ def test_rows_do_not_depend_on_how_prompts_are_split(served):
     assert len(set(map(tuple, r_all))) > len(PROMPTS)  # genuinely sampled
     _, r_re = reordered.token_rows()
     assert r_re[:9] == r2  # the other prompts keep their rows whatever comes after them
-    other = backend.generate(PROMPTS, 3, temperature=1.0, max_new_tokens=10, seed=12)
+    other = backend.generate(PROMPTS, 3, Sampling(temperature=1.0, max_new_tokens=10, seed=12))
     assert other.token_rows()[1] != r_all
 
 
@@ -235,10 +242,10 @@ def test_a_batch_larger_than_one_scheduler_step(served):
     L = len(tok(prompts[0])["input_ids"])
     prompts = prompts[: budget // (4 * L) + 4]
     assert sum(len(x) for x in tok(prompts)["input_ids"]) * 4 > budget
-    kw = dict(temperature=1.0, max_new_tokens=4, seed=5)
-    whole = backend.generate(prompts, 4, **kw)
+    kw = Sampling(temperature=1.0, max_new_tokens=4, seed=5)
+    whole = backend.generate(prompts, 4, kw)
     k = len(prompts) // 2
-    half = backend.generate(prompts[k:], 4, row_offset=k * 4, **kw)
+    half = backend.generate(prompts[k:], 4, kw, row_offset=k * 4)
     assert whole.token_rows()[1][k * 4 :] == half.token_rows()[1]
 
 
@@ -248,9 +255,9 @@ def test_greedy_batch_equals_the_hf_backend_field_by_field(served):
     right after their first special token (EOS or another, e.g. <unk>), padding, masks, texts."""
     backend, model, tok = served
     prompts = GREEDY_PROMPTS
-    kw = dict(temperature=0.0, max_new_tokens=12, seed=0)
-    v = backend.generate(prompts, 1, **kw)
-    h = HFBackend(model, tok).generate(prompts, 1, **kw)
+    kw = Sampling(temperature=0.0, max_new_tokens=12, seed=0)
+    v = backend.generate(prompts, 1, kw)
+    h = HFBackend(model, tok).generate(prompts, 1, kw)
     lengths = v.response_mask.sum(1)
     last = v.response_ids[torch.arange(len(prompts)), (lengths - 1).long()]
     stopped = torch.isin(last, torch.tensor(backend.stop_ids))
@@ -277,12 +284,12 @@ def test_refused_head_size_is_a_clear_error(tmp_path):
 
 def test_max_tokens_and_bad_input(served):
     backend, _, _ = served
-    b = backend.generate(PROMPTS[:2], 2, temperature=1.0, max_new_tokens=3, seed=1)
+    b = backend.generate(PROMPTS[:2], 2, Sampling(temperature=1.0, max_new_tokens=3, seed=1))
     assert b.response_mask.shape[1] <= 3 and b.input_ids.shape == (4, b.prompt_width + b.response_mask.shape[1])
     with pytest.raises(ValueError, match="max_new_tokens"):
-        backend.generate(PROMPTS[:1], 1, temperature=1.0, max_new_tokens=0)
+        backend.generate(PROMPTS[:1], 1, Sampling(temperature=1.0, max_new_tokens=0))
     with pytest.raises(ValueError, match="prompts: empty"):
-        backend.generate([], 1, temperature=1.0)
+        backend.generate([], 1, Sampling(temperature=1.0))
 
 
 def test_sync_of_the_same_weights_keeps_the_engine_exact(served):

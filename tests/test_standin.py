@@ -8,6 +8,7 @@ import torch
 from test_train import digit_task, make_cfg
 from tiny_moe import make_train_assets
 
+from rspo.rollout.base import Sampling
 from rspo.rollout.standin import StandInBackend, StandInEngine
 from rspo.tokenizer import build_tokenizer
 from rspo.train.trainer import Trainer
@@ -59,10 +60,10 @@ def test_rollouts_are_as_long_as_a_step_can_be_and_end_on_no_stop_token():
         dtype=torch.float32,
         sleep=True,
     )
-    batch = backend.generate(["a", "b"], 3, temperature=1.0, max_new_tokens=9)
+    batch = backend.generate(["a", "b"], 3, Sampling(temperature=1.0, max_new_tokens=9))
     assert batch.input_ids.shape == (6, 7 + 5) and batch.prompt_width == 7
     assert bool(batch.response_mask.bool().all()) and bool(batch.attention_mask.bool().all())
-    assert backend.generate(["a"], 2, temperature=1.0, max_new_tokens=3).response_mask.shape == (2, 3)
+    assert backend.generate(["a"], 2, Sampling(temperature=1.0, max_new_tokens=3)).response_mask.shape == (2, 3)
 
 
 def test_the_batch_is_on_the_engines_device_as_vllms_is_on_the_trainers():
@@ -76,7 +77,7 @@ def test_the_batch_is_on_the_engines_device_as_vllms_is_on_the_trainers():
         dtype=torch.float32,
         sleep=True,
     )
-    batch = backend.generate(["a"], 2, temperature=1.0, max_new_tokens=9)
+    batch = backend.generate(["a"], 2, Sampling(temperature=1.0, max_new_tokens=9))
     assert {batch.input_ids.device.type, batch.attention_mask.device.type, batch.response_mask.device.type} == {"meta"}
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from rspo.rollout.base import RolloutBackend, RolloutBatch
+from rspo.rollout.base import RolloutBackend, RolloutBatch, Sampling
 
-__all__ = ["RolloutBatch", "RolloutBackend", "generate_chunks", "load_generator", "make_backend"]
+__all__ = ["RolloutBatch", "RolloutBackend", "Sampling", "generate_chunks", "load_generator", "make_backend"]
 
 
 def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
@@ -31,16 +31,14 @@ def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
 
 
 def generate_chunks(
-    backend: RolloutBackend, prompts: list[str], n: int, chunk: int, *, row_offset: int = 0, **sampling
+    backend: RolloutBackend, prompts: list[str], n: int, chunk: int, sampling: Sampling, *, row_offset: int = 0
 ) -> Iterator[tuple[int, RolloutBatch]]:
     """``backend.generate`` over ``prompts``, ``chunk`` prompts (n responses each) per call; yields
     (index of the call's first prompt, its batch). Row i of the whole is seeded as row
-    ``row_offset + i`` (the backends' per-row streams), so the responses do not depend on ``chunk``.
-    ``sampling``: the backend's keywords (temperature, top_p, top_k, max_new_tokens, seed), checked
-    by its signature."""
+    ``row_offset + i`` (the backends' per-row streams), so the responses do not depend on ``chunk``."""
     step = max(1, chunk)
     for start in range(0, len(prompts), step):
-        yield start, backend.generate(prompts[start : start + step], n, row_offset=row_offset + start * n, **sampling)
+        yield start, backend.generate(prompts[start : start + step], n, sampling, row_offset=row_offset + start * n)
 
 
 def load_generator(
@@ -99,9 +97,10 @@ def load_generator(
         call_seed = seed if seed is not None else generate_fn.settings["seed"] * 1_000_003 + calls["k"]
         given = {"max_new_tokens": max_new_tokens, "top_p": top_p, "top_k": top_k}
         kw = {k: (defaults[k] if v is None else v) for k, v in given.items()}
+        sampling = Sampling(temperature=temperature, seed=call_seed, **kw)
         per = len(prompts) if backend == "vllm" else max(1, batch_size // max(n, 1))
         out: list[list[str]] = []
-        for _, batch in generate_chunks(engine, prompts, n, per, temperature=temperature, seed=call_seed, **kw):
+        for _, batch in generate_chunks(engine, prompts, n, per, sampling):
             rows = len(batch.responses) // n
             out += [batch.responses[i * n : (i + 1) * n] for i in range(rows)]
             if progress is not None:

@@ -70,27 +70,35 @@ class RolloutBatch:
         return logp, routing
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a backend draws responses: a run's rollouts (``rollout.*``), its validation, an
+    evaluation's decoding. Temperature 0 is greedy; above it, draws from softmax(logits /
+    temperature) restricted to the ``top_k`` most likely tokens (0: all), then to the top-``top_p``
+    nucleus; at most ``max_new_tokens`` tokens; row i of a call seeded from ``seed``."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check_sampling(self.top_p, self.top_k)
+
+
 class RolloutBackend(Protocol):
     def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float,
-        top_p: float,
-        max_new_tokens: int,
-        seed: int,
-        row_offset: int = 0,
-        top_k: int = 0,
+        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
     ) -> RolloutBatch:
         """n responses per prompt, grouped consecutively: rows [i*n, (i+1)*n) answer prompts[i].
 
-        Sampling (temperature > 0) draws from softmax(logits / temperature) restricted to the
-        ``top_k`` most likely tokens (0: all), then to the top-``top_p`` nucleus.
-
-        Row i is sampled from its own stream seeded by ``row_seed(seed, row_offset + i)``, so a
-        response does not depend on which other prompts share the call (the property that makes
-        rollouts sharded over ranks equal to a single-process rollout).
+        Row i is sampled from its own stream seeded by ``row_seed(sampling.seed, row_offset + i)``,
+        so a response does not depend on which other prompts share the call (the property that
+        makes rollouts sharded over ranks equal to a single-process rollout). ``record_routing``:
+        also report the experts each position was routed to, where the backend can.
         """
 
     def sync_weights(self, model) -> None:

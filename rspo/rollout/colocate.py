@@ -56,7 +56,7 @@ from collections.abc import Iterator
 import torch
 
 from rspo.distributed import Dist
-from rspo.rollout.base import RolloutBatch
+from rspo.rollout.base import RolloutBatch, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -97,16 +97,19 @@ def check_tensor_parallel(tp: int, dist: Dist, backend: str) -> None:
         )
 
 
-def generate_share(backend, prompts: list[str], n: int, dist: Dist, tp: int, *, row_offset: int = 0, **sampling):
+def generate_share(
+    backend, prompts: list[str], n: int, dist: Dist, tp: int, sampling: Sampling, *, record_routing: bool = False
+):
     """This rank's contiguous share (len(prompts) / world) of ``n`` responses per prompt. With
     ``tp`` > 1 the ranks of a tensor-parallel group submit the group's prompts together and each
     keeps its own rows (see the module docstring). Row seeds are the global rows'."""
     lo, hi = dist.shard_bounds(len(prompts))
     per = hi - lo
     if tp == 1:
-        return backend.generate(prompts[lo:hi], n, row_offset=row_offset + lo * n, **sampling)
+        return backend.generate(prompts[lo:hi], n, sampling, row_offset=lo * n, record_routing=record_routing)
     g0 = (dist.rank // tp) * tp * per
-    batch: RolloutBatch = backend.generate(prompts[g0 : g0 + tp * per], n, row_offset=row_offset + g0 * n, **sampling)
+    group = prompts[g0 : g0 + tp * per]
+    batch: RolloutBatch = backend.generate(group, n, sampling, row_offset=g0 * n, record_routing=record_routing)
     k = dist.rank % tp
     return batch.select(torch.arange(k * per * n, (k + 1) * per * n))
 

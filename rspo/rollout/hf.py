@@ -42,7 +42,7 @@ from collections.abc import Callable
 import torch
 
 from rspo.models import position_ids_from_mask
-from rspo.rollout.base import RolloutBatch, check_sampling, no_routing, response_mask_from_ids, stop_token_ids
+from rspo.rollout.base import RolloutBatch, Sampling, no_routing, response_mask_from_ids, stop_token_ids
 from rspo.seeding import row_seed, uniform_noise
 
 
@@ -84,17 +84,7 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float,
-        top_p: float = 1.0,
-        max_new_tokens: int = 64,
-        seed: int = 0,
-        row_offset: int = 0,
-        top_k: int = 0,
-        record_routing: bool = False,
+        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
     ) -> RolloutBatch:
         """Rows as the RolloutBackend protocol says, with each sampled token's log-prob under the full
         temperature-scaled distribution (``engine_logp``) and, with ``record_routing``, the experts
@@ -102,9 +92,8 @@ class HFBackend:
         response token's when it is fed back; the last sampled token is never forwarded)."""
         if not prompts:
             raise ValueError("prompts: empty")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        check_sampling(top_p, top_k)
+        temperature, top_p, top_k = sampling.temperature, sampling.top_p, sampling.top_k
+        max_new_tokens, seed = sampling.max_new_tokens, sampling.seed
         from transformers import DynamicCache
 
         tok = self.tokenizer

@@ -26,7 +26,7 @@ import random
 import torch
 
 from rspo.phase_memory import return_cached_blocks
-from rspo.rollout.base import RolloutBatch, pack_rows, stop_token_ids
+from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, stop_token_ids
 from rspo.rollout.colocate import EngineSleep
 
 ELEMENT = torch.bfloat16  # the engine's buffers are allocated as bf16 elements (2 bytes each)
@@ -92,17 +92,7 @@ class StandInBackend:
             self._stream(model)
 
     def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float,
-        top_p: float = 1.0,
-        max_new_tokens: int = 64,
-        seed: int = 0,
-        row_offset: int = 0,
-        top_k: int = 0,
-        record_routing: bool = False,
+        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
     ) -> RolloutBatch:
         """n rows per prompt of prompt_tokens + min(max_new_tokens, response_tokens) random tokens, on
         ``batch_device`` (default: the engine's, as vLLM's batch is on the trainer's device; the
@@ -111,7 +101,7 @@ class StandInBackend:
         if not prompts:
             raise ValueError("prompts: empty")
         self.sleeper.wake()
-        R = min(max_new_tokens, self.response_tokens)
+        R = min(sampling.max_new_tokens, self.response_tokens)
         B = len(prompts) * n
         pick = self.rng.choices
         prompt_rows = [pick(self.ordinary, k=self.prompt_tokens) for _ in range(B)]

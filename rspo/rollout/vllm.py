@@ -99,7 +99,7 @@ from collections.abc import Iterator
 
 import torch
 
-from rspo.rollout.base import RolloutBatch, check_sampling, pack_rows, stop_token_ids
+from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, stop_token_ids
 from rspo.rollout.colocate import EngineSleep, engine_allocator
 from rspo.seeding import row_seed
 
@@ -382,17 +382,7 @@ class VLLMBackend:
         self.last_sync_s = time.perf_counter() - t0
 
     def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float,
-        top_p: float = 1.0,
-        max_new_tokens: int = 64,
-        seed: int = 0,
-        row_offset: int = 0,
-        top_k: int = 0,
-        record_routing: bool = False,
+        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
     ) -> RolloutBatch:
         """One SamplingParams per prompt, seeded by the global row of the prompt's first response,
         so a prompt's n responses do not depend on how prompts are split over calls or ranks. Each
@@ -403,18 +393,16 @@ class VLLMBackend:
         ``routed_experts_of``)."""
         if not prompts:
             raise ValueError("prompts: empty")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        check_sampling(top_p, top_k)
+        s = sampling
         self.sleeper.wake()  # awake already after a sync and wake_kv (no-op); a released engine wakes
         params = [
             self.sampling_params_cls(
                 n=n,
-                temperature=temperature,
-                top_p=top_p if temperature > 0 else 1.0,
-                top_k=top_k if temperature > 0 else 0,
-                max_tokens=max_new_tokens,
-                seed=row_seed(seed, row_offset + i * n),
+                temperature=s.temperature,
+                top_p=s.top_p if s.temperature > 0 else 1.0,
+                top_k=s.top_k if s.temperature > 0 else 0,
+                max_tokens=s.max_new_tokens,
+                seed=row_seed(s.seed, row_offset + i * n),
                 stop_token_ids=self.stop_ids,
                 logprobs=0,
             )

@@ -65,23 +65,21 @@ def generate_and_score(
     backend,
     task: Task,
     records: list[dict[str, Any]],
+    sampling,
     *,
-    temperature: float,
-    max_new_tokens: int,
     workers: int = 1,
     batch_size: int = 128,
-    seed: int = 0,
     row_offset: int = 0,
 ) -> list[tuple[float, str]]:
     """One response per record from a rollout backend, scored by the task's verifier, in chunks of
-    ``batch_size``. Record i is sampled from the row stream (seed, row_offset + i), whatever the
-    chunking (a data-parallel rank passes the global index of its first record)."""
+    ``batch_size``, sampled as ``sampling`` (rspo.rollout.Sampling) says. Record i is sampled from
+    the row stream (sampling.seed, row_offset + i), whatever the chunking (a data-parallel rank
+    passes the global index of its first record)."""
     from rspo.rollout import generate_chunks
 
     prompts = [task.prompt(r) for r in records]
     scored: list[tuple[float, str]] = []
-    sampling = dict(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
-    for i, batch in generate_chunks(backend, prompts, 1, batch_size, row_offset=row_offset, **sampling):
+    for i, batch in generate_chunks(backend, prompts, 1, batch_size, sampling, row_offset=row_offset):
         scored += task.score_batch(batch.responses, records[i : i + batch_size], workers)
     return scored
 

@@ -28,7 +28,7 @@ import torch
 
 from rspo.config import TrainConfig
 from rspo.distributed import Dist
-from rspo.rollout import RolloutBackend, RolloutBatch
+from rspo.rollout import RolloutBackend, RolloutBatch, Sampling
 from rspo.rollout.base import pack_rows, stop_token_ids
 from rspo.rollout.colocate import generate_share
 from rspo.rollout.fp8 import fp8_weights
@@ -152,16 +152,17 @@ class Rollouts:
         records = self.sample_prompts(step)
         lo, hi = self.dist.shard_bounds(len(records))  # this rank's prompts
         t0 = time.perf_counter()
-        sampling = dict(
+        sampling = Sampling(
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
             max_new_tokens=cfg.rollout.max_new_tokens,
             seed=derive_seed(cfg.seed, step, 1),
-            record_routing=self.record_routing,
         )
         prompts = [self.task.prompt(r) for r in records]
         with self._precision():  # this rank's rows; a tensor-parallel group's prompts go to its engine together
-            local = generate_share(self.backend, prompts, G, self.dist, self.tp, **sampling)
+            local = generate_share(
+                self.backend, prompts, G, self.dist, self.tp, sampling, record_routing=self.record_routing
+            )
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
         local_scored = self.task.score_batch(local.responses, per_response, self.reward_workers)
@@ -205,7 +206,10 @@ class Rollouts:
         """Held-out score of every validation set (``val/<name>/score``)."""
         out = {}
         W = self.dist.world_size
-        seed = derive_seed(self.cfg.seed, step, 3)
+        rc = self.cfg.rollout
+        sampling = Sampling(
+            rc.val_temperature, max_new_tokens=rc.max_new_tokens, seed=derive_seed(self.cfg.seed, step, 3)
+        )
         for name, records in self.val_records.items():
             per = -(-len(records) // W)
             lo = self.dist.rank * per
@@ -213,28 +217,12 @@ class Rollouts:
             mine = padded[lo : lo + per]
             if self.tp > 1:  # the group's records together, each rank keeps its own (rspo.rollout.colocate)
                 prompts = [self.task.prompt(r) for r in padded]
-                sampling = dict(temperature=self.cfg.rollout.val_temperature, top_p=1.0, seed=seed)
-                batch = generate_share(
-                    self.backend,
-                    prompts,
-                    1,
-                    self.dist,
-                    self.tp,
-                    max_new_tokens=self.cfg.rollout.max_new_tokens,
-                    **sampling,
-                )
+                batch = generate_share(self.backend, prompts, 1, self.dist, self.tp, sampling)
                 scored = self.task.score_batch(batch.responses, mine, self.reward_workers)
             else:
                 with self._precision():
                     scored = generate_and_score(
-                        self.backend,
-                        self.task,
-                        mine,
-                        temperature=self.cfg.rollout.val_temperature,
-                        max_new_tokens=self.cfg.rollout.max_new_tokens,
-                        workers=self.reward_workers,
-                        seed=seed,
-                        row_offset=lo,
+                        self.backend, self.task, mine, sampling, workers=self.reward_workers, row_offset=lo
                     )
             scored = [x for part in self.dist.all_gather_object(scored) for x in part][: len(records)]
             out[f"val/{name}/score"] = sum(s for s, _ in scored) / len(scored)
