@@ -36,6 +36,7 @@ COUNTDOWN_EVAL_SPLITS: tuple[str, ...] = ("val", "val_target")
 MATH_BENCHMARK_NAMES = ("aime24", "amc23", "amc22_23", "math500", "minerva", "olympiadbench")
 PAPER_MATH_BENCHMARKS = ("aime24", "amc23", "math500", "minerva", "olympiadbench")  # Table 1's columns
 CODE_BENCHMARK_NAMES = ("humaneval", "mbpp", "livecodebench")
+DEFAULT_MATH_SAMPLES = {"aime24": 32}  # the paper's avg@32 of AIME24, asked when a preset sets no sampling
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,12 @@ class MathEval(SuiteEval):
             raise ConfigError(f"{prefix}: aime_samples and samples.aime24 both given; keep samples")
 
     def samples_per_benchmark(self) -> dict[str, int]:
-        """avg@k per benchmark; with neither samples nor n set, 32 samples of AIME24 (the paper's)."""
+        """avg@k per benchmark; with neither samples nor n set, ``DEFAULT_MATH_SAMPLES``."""
         samples = dict(self.samples or {})
         if self.aime_samples is not None:
             samples["aime24"] = self.aime_samples
         if self.samples is None and self.aime_samples is None and self.n is None:
-            samples = {"aime24": 32}
+            samples = dict(DEFAULT_MATH_SAMPLES)
         return samples
 
 

@@ -8,6 +8,7 @@ import pytest
 from rspo import prompts as P
 from rspo.evaluate import benchmarks as B
 from rspo.evaluate import suites as S
+from rspo.evaluate.decoding import Decoding
 
 FX = "tests/fixtures/code"
 DATA = {
@@ -267,18 +268,16 @@ def test_math_suite_sampling_protocol():
     res = S.evaluate_math(
         gen,
         benchmarks=["aime24"],
-        n_samples={"aime24": 4},
-        temperature=0.6,
+        decoding=Decoding(temperature=0.6, max_new_tokens=77, samples={"aime24": 4}),
         limit=2,
         template="plain",
-        max_new_tokens=77,
         workers=1,
     )
     r = res["benchmarks"]["aime24"]
     assert seen == {"n": 4, "temperature": 0.6, "max_new_tokens": 77}
     assert r["n_samples"] == 4 and r["pass@1"] == pytest.approx((3 / 4 + 1 / 4) / 2)
     with pytest.raises(ValueError, match="list of 4 strings"):
-        S.evaluate_math(lambda p, n, t: [["x"]] * len(p), benchmarks=["aime24"], n_samples=4, temperature=1.0, limit=1)
+        S.evaluate_math(lambda p, n, t: [["x"]] * len(p), benchmarks=["aime24"], decoding=Decoding(1.0, n=4), limit=1)
 
 
 def _code_gold_table(style):
@@ -329,8 +328,7 @@ def test_code_suite_partial_credit_and_lcb_dates():
         fake_generator(table),
         benchmarks=["livecodebench"],
         data_paths=DATA,
-        n_samples=2,
-        temperature=1.0,
+        decoding=Decoding(temperature=1.0, n=2),
         lcb_start_date="2024-08-01",
         lcb_end_date="2025-01-31",
         workers=2,

@@ -90,12 +90,7 @@ def test_avg_at_k_keeps_every_run_its_spread_and_the_seed():
         gen,
         benchmarks=["aime24"],
         limit=3,
-        n_samples={"aime24": 4},
-        temperature=0.6,
-        top_p=0.95,
-        top_k=20,
-        seed=11,
-        max_new_tokens=64,
+        decoding=Decoding(temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=64, samples={"aime24": 4}, seed=11),
         workers=1,
     )
     r = res["benchmarks"]["aime24"]
@@ -123,7 +118,7 @@ def test_greedy_draws_one_sample_and_records_what_was_asked():
         calls.append(n)
         return [["\\boxed{0}"] * n for _ in prompts]
 
-    res = S.evaluate_math(gen, benchmarks=["aime24"], limit=2, n_samples={"aime24": 32}, workers=1)
+    res = S.evaluate_math(gen, benchmarks=["aime24"], limit=2, decoding=Decoding(samples={"aime24": 32}), workers=1)
     r = res["benchmarks"]["aime24"]
     assert calls == [1] and r["n_samples"] == 1 and r["samples_requested"] == 32 and "runs" not in r
     assert res["config"]["decoding"] == "greedy" and len(items) == r["n_problems"]

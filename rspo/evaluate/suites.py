@@ -74,13 +74,15 @@ from typing import Any
 
 from rspo import prompts as P
 from rspo.chat import HAND_TEMPLATES, PromptFormat
+from rspo.eval_config import DEFAULT_MATH_SAMPLES
 from rspo.evaluate import benchmarks as B
 from rspo.evaluate.decoding import Decoding, GenerateFn, generate, run_scores
 from rspo.evaluate.evalplus_scoring import evalplus_ground_truth, score_evalplus  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MATH_SAMPLES = {"aime24": 32}
+MATH_DECODING = Decoding(samples=DEFAULT_MATH_SAMPLES)  # greedy; avg@32 asked of AIME24 (drawn once)
+CODE_DECODING = Decoding()  # greedy, one sample
 HARNESS_TIMEOUT_S = 10.0
 N_EXAMPLES = 2  # example completions kept per benchmark in "samples"
 _EVALPLUS_DATASET = {"humaneval_plus": "humaneval", "mbpp_plus": "mbpp"}
@@ -89,24 +91,6 @@ _EVALPLUS_DATASET = {"humaneval_plus": "humaneval", "mbpp_plus": "mbpp"}
 # ---------------------------------------------------------------------------------------------
 # Settings
 # ---------------------------------------------------------------------------------------------
-def _decoding(
-    n_samples: int | Mapping[str, int] | None,
-    default: Mapping[str, int],
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    max_new_tokens: int | None,
-    seed: int | None,
-) -> Decoding:
-    if isinstance(n_samples, int):
-        samples, n = {}, n_samples
-    else:
-        samples, n = dict(default if n_samples is None else n_samples), 1
-    d = Decoding(temperature, top_p, top_k, max_new_tokens, samples, n, 0 if seed is None else seed)
-    d.check("decoding")
-    return d
-
-
 def _format(family: str, template: str, prompt_format: PromptFormat | None) -> PromptFormat:
     if prompt_format is not None:
         if prompt_format.family != family:
@@ -182,35 +166,29 @@ def _config(family: str, fmt: PromptFormat, decoding: Decoding, used_n: dict, re
 # ---------------------------------------------------------------------------------------------
 def evaluate_math(
     generate_fn: GenerateFn,
+    *,
+    decoding: Decoding = MATH_DECODING,
     benchmarks: Sequence[str] | None = None,
-    max_new_tokens: int | None = None,
-    n_samples: int | Mapping[str, int] | None = None,
-    temperature: float = 0.0,
     limit: int | None = None,
     workers: int | None = None,
     template: str = "qwen_math",
+    prompt_format: PromptFormat | None = None,
     suite_path: str | os.PathLike | None = None,
     timeout: float = 5.0,
     batch_size: int | None = None,
     n_examples: int = N_EXAMPLES,
     on_benchmark: Callable[[str, int], None] | None = None,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    seed: int | None = None,
-    prompt_format: PromptFormat | None = None,
-    decoding: Decoding | None = None,
 ) -> dict:
-    """Pass@1 on the math benchmarks (default: the paper's five) under the Dr. GRPO protocol.
+    """Pass@1 on the math benchmarks (default: the paper's five) under the Dr. GRPO protocol,
+    decoded as ``decoding`` says (rspo.evaluate.decoding; default greedy, avg@32 asked of AIME24).
 
     ``prompt_format`` (rspo.chat) renders prompts with the model's chat template; without it the
-    hand-written ``template`` is used. ``decoding`` (rspo.evaluate.decoding), when given, replaces
-    the separate decoding arguments. ``on_benchmark(name, n_prompts)`` is called before each
+    hand-written ``template`` is used. ``on_benchmark(name, n_prompts)`` is called before each
     benchmark's generation (progress)."""
     names = B.check_names(
         list(benchmarks) if benchmarks is not None else list(B.PAPER_MATH_BENCHMARKS), tuple(B.MATH_BENCHMARKS), "math"
     )
     fmt = _format("math", template, prompt_format)
-    decoding = decoding or _decoding(n_samples, DEFAULT_MATH_SAMPLES, temperature, top_p, top_k, max_new_tokens, seed)
     decoding.check("decoding")
     from rspo.rewards import math as reward
 
@@ -331,25 +309,20 @@ def _code_data_path(name: str, data_paths: Mapping[str, Any] | None) -> Any:
 
 def evaluate_code(
     generate_fn: GenerateFn,
+    *,
+    decoding: Decoding = CODE_DECODING,
     benchmarks: Sequence[str] | None = None,
-    max_new_tokens: int | None = None,
-    n_samples: int | Mapping[str, int] | None = None,
-    temperature: float = 0.0,
     limit: int | None = None,
     workers: int | None = None,
     style: str = "chatml",
+    prompt_format: PromptFormat | None = None,
     data_paths: Mapping[str, Any] | None = None,
+    revisions: Mapping[str, str] | None = None,
     lcb_start_date: str | None = None,
     lcb_end_date: str | None = None,
     batch_size: int | None = None,
     n_examples: int = N_EXAMPLES,
     on_benchmark: Callable[[str, int], None] | None = None,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    seed: int | None = None,
-    prompt_format: PromptFormat | None = None,
-    revisions: Mapping[str, str] | None = None,
-    decoding: Decoding | None = None,
 ) -> dict:
     """Pass@1 on the code benchmarks (default: humaneval, mbpp, livecodebench).
 
@@ -365,7 +338,6 @@ def evaluate_code(
     default = ["humaneval", "mbpp", "livecodebench"]
     names = B.check_names(list(benchmarks) if benchmarks is not None else default, B.CODE_BENCHMARKS, "code")
     fmt = _format("code", style, prompt_format)
-    decoding = decoding or _decoding(n_samples, {}, temperature, top_p, top_k, max_new_tokens, seed)
     decoding.check("decoding")
     revisions = {**B.HUB_REVISIONS, **(revisions or {})}
     from rspo.rewards import code as reward
