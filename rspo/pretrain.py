@@ -42,6 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from rspo.chat import resolve_format
+from rspo.config import ConfigError, parse_override
 from rspo.preset import Preset, pretrained_architecture
 
 PRETRAIN_KEYS = {
@@ -73,7 +75,6 @@ def pretrain_settings(preset: Preset, overrides: list[str]) -> dict[str, Any]:
     An override is ``key=value`` (``examples=120000``) or, inside the architecture mappings,
     ``model.key=value`` (``model.num_experts=64``, ``text_model.max_position_embeddings=512``); an
     unknown key is an error that names it and its valid siblings."""
-    from rspo.config import ConfigError, parse_override
     from rspo.models import ARCH_KEYS
 
     p = preset.pretraining()
@@ -209,7 +210,6 @@ def task_prompt_format(preset: Preset, task: str, tok) -> Any:
     for Countdown."""
     if task == "countdown":
         return None
-    from rspo.chat import resolve_format
 
     data = preset.rl(task).data
     return resolve_format(task, data.template, data.enable_thinking, tok, f"tasks.{task}.data")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rspo.archive import ArchiveError, pack, unpack, verify
 from rspo.commands import preset_path
+from rspo.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("archive")
     v.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     args = ap.parse_args(argv)
-    from rspo.config import ConfigError
     from rspo.plan import Plan
     from rspo.tracking import REPO_ROOT
 

@@ -31,9 +31,11 @@ import json
 import math
 import sys
 
+from rspo.config import ConfigError
 from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset
 from rspo.gpu_memory.rollout_time import rollout_time
 from rspo.gpu_memory.verdict import render, summary, verdict
+from rspo.preset import Preset
 
 AGREEMENT = 0.05  # --simulate: a phase whose plan and simulation differ by more is named
 
@@ -63,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from rspo.config import ConfigError
-    from rspo.preset import Preset
 
     try:
         plans = plan_preset(args.preset, gib, args.hub_dir)

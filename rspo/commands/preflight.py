@@ -10,8 +10,9 @@ import json
 import sys
 
 from rspo.commands import add_overrides
+from rspo.config import ConfigError, load_preset
 from rspo.gpu_memory import preflight
-from rspo.gpu_memory.plan import GPUS
+from rspo.gpu_memory.plan import GPUS, PlanError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError, load_preset
     from rspo.plan import Plan
 
     try:
@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         preflight.run_stage(args.stage, args)
         return 0
     try:  # what the stages read, checked here so that a missing model or GPU is one line, not a rank's traceback
-        from rspo.gpu_memory.plan import PlanError
         from rspo.gpu_memory.simulate import task_inputs
 
         cfg, _, _ = task_inputs(args.preset, args.task, args.hub_dir, args.layers, args.overrides)

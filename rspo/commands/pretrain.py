@@ -8,6 +8,7 @@ import sys
 
 from rspo import pretrain
 from rspo.commands import add_overrides, refuse_missing
+from rspo.config import ConfigError
 from rspo.preset import Preset
 
 
@@ -35,7 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from rspo.config import ConfigError
 
     try:
         preset = Preset.load(args.preset)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rspo.chat import resolve_format
 from rspo.eval_config import CountdownEval, SuiteEval
 from rspo.preset import Preset
 
@@ -186,7 +187,6 @@ def evaluate_suite(
     """Math or code: the prompt format resolved against the model's tokenizer first (the settings
     were checked when read), then the generator built and the suite run; the result's config
     records it all."""
-    from rspo.chat import resolve_format
     from rspo.evaluate import suites
     from rspo.hub import resolve_model
     from rspo.models import load_tokenizer_checked

@@ -54,6 +54,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rspo.config import load_preset
 from rspo.gpu_memory.shape import ModelShape, PlanError, dtype_bytes, model_shape
 from rspo.phase_memory import PHASES
 from rspo.preset import Preset
@@ -512,7 +513,6 @@ def preset_setup(preset: dict[str, Any], gpu_gib: float) -> Setup:
 
 def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") -> list[RunPlan]:
     """One RunPlan per task and distinct memory-relevant run config of the preset's grid."""
-    from rspo.config import load_preset
     from rspo.grid import load_train_config
     from rspo.plan import Plan
 

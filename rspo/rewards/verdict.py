@@ -81,7 +81,7 @@ import sys
 import threading
 from typing import Any
 
-from rspo.rewards.sandbox import CandidateRaised, Limits, SessionError, sandbox_setup
+from rspo.rewards.sandbox import CallSession, CandidateRaised, Limits, SandboxSetup, SessionError, sandbox_setup
 
 __all__ = ["check_asserts", "check_evalplus", "stub_names", "CandidateError", "EVALPLUS_MEMORY_MB"]
 
@@ -453,7 +453,6 @@ def _evalplus_mode(spec: dict, session) -> tuple[float, str]:
 
 
 def _serve_one(spec: dict) -> tuple[float, str]:
-    from rspo.rewards.sandbox import CallSession, SandboxSetup
 
     def on_alarm(signum, frame):
         raise SystemExit("the evaluator's own deadline passed")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from rspo.rollout.base import RolloutBackend, RolloutBatch, Sampling
+from rspo.rollout.base import RolloutBackend, RolloutBatch, Sampling, check_sampling
 
 __all__ = ["RolloutBatch", "RolloutBackend", "Sampling", "generate_chunks", "load_generator", "make_backend"]
 
@@ -68,7 +68,6 @@ def load_generator(
     ``generate_fn.tokenizer`` is the checkpoint's tokenizer (its chat template renders prompts)."""
     from rspo.hub import resolve_model
     from rspo.models import load_model, load_tokenizer_checked
-    from rspo.rollout.base import check_sampling
 
     check_sampling(top_p, top_k)
     model_dir = resolve_model(model_dir)

@@ -99,6 +99,7 @@ from collections.abc import Iterator
 
 import torch
 
+from rspo.distributed import full_tensor
 from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, stop_token_ids
 from rspo.rollout.colocate import EngineSleep, engine_allocator
 from rspo.seeding import row_seed
@@ -220,8 +221,6 @@ def checkpoint_weights(model, dtype: torch.dtype | None = None) -> Iterator[tupl
     twice in memory. Under FSDP2 every parameter is all-gathered (a collective: every rank iterates);
     with ``dtype`` each shard is cast before the gather (fp32 master weights -> the engine's bf16)."""
     from transformers.core_model_loading import revert_weight_conversion
-
-    from rspo.distributed import full_tensor
 
     tied = set(getattr(model, "all_tied_weights_keys", None) or {})  # e.g. lm_head.weight tied to the embeddings
     groups: dict[str, dict[str, torch.Tensor]] = {}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rspo.chat import HAND_DEFAULT, PromptFormat, resolve_format
 from rspo.config import TASKS
 
 
@@ -41,7 +42,6 @@ class Task:
 def get_task(name: str, prompt_format: str = "steps", fmt=None) -> Task:
     """The task ``name``; ``fmt`` (rspo.chat.PromptFormat) is how math/code prompts are written
     (default: the hand-written qwen_math / chatml templates)."""
-    from rspo.chat import HAND_DEFAULT, PromptFormat
 
     if name not in TASKS:
         raise ValueError(f"data.task: unknown task {name!r}; choose countdown, math or code")
@@ -53,7 +53,6 @@ def get_task(name: str, prompt_format: str = "steps", fmt=None) -> Task:
 
 def task_for(cfg_data, tokenizer) -> Task:
     """The task of a run's ``data`` section, its prompt format resolved against the tokenizer."""
-    from rspo.chat import resolve_format
 
     if cfg_data.task == "countdown":
         return get_task("countdown", cfg_data.prompt_format)

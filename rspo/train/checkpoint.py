@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from rspo.distributed import Dist
+from rspo.distributed import Dist, load_full_state_dicts
 from rspo.phase_memory import host_allocation
 
 FORMAT = 2
@@ -245,8 +245,6 @@ def _restore_param_groups(optimizer: torch.optim.Optimizer, groups: list[dict[st
 def _load_legacy(step_dir: Path, model, optimizer) -> dict[str, Any]:
     """Format 1 (full state dicts): every rank reads the whole state and keeps its shard."""
     from safetensors.torch import load_file
-
-    from rspo.distributed import load_full_state_dicts
 
     try:
         model_sd = load_file(str(step_dir / "model.safetensors"))

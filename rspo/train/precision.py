@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rspo.distributed import Dist
+from rspo.distributed import Dist, shard_model
 
 MASTER_DTYPE = torch.float32
 
@@ -109,7 +109,6 @@ def load_and_shard(
     (rspo.distributed.shard_model). ``prepare(model)`` runs before sharding (checkpointing flags).
     ``random_weights``: built from the folder's config.json with random weights instead of read
     (rspo preflight and the memory simulation: the shapes without a download)."""
-    from rspo.distributed import shard_model
     from rspo.models import load_model
 
     if random_weights:
