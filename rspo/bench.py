@@ -38,6 +38,19 @@ CONFIGS = {
 PHASES = ("perf/rollout_s", "perf/reward_s", "perf/old_pass_s", "perf/update_s", "perf/step_s")
 
 
+def ratio_spread(ratios: list[float]) -> dict[str, float]:
+    """The median and quartiles of per-round ratios (one per round of an alternation: the same
+    machine state for both contenders), so that a reader tells machine noise from a change."""
+    if not ratios:
+        raise ValueError("no rounds measured")
+    q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return {"median": median, "q1": q1, "q3": q3, "rounds": len(ratios)}
+
+
+def spread_text(s: dict[str, float]) -> str:
+    return f"per round: median {s['median']:.3f}, quartiles {s['q1']:.3f}-{s['q3']:.3f} over {s['rounds']}"
+
+
 def prepare_inputs(preset_path: str, model: str | None, data: str | None, work: Path, threads: int):
     from rspo.data.countdown import CountdownConfig, generate
     from rspo.models import build_model, save_checkpoint
@@ -134,6 +147,9 @@ def run_bench(
             a["perf/tokens_per_s"] / b["perf/tokens_per_s"] for a, b in zip(samples["gmpo+rs"], samples["gmpo"])
         ],
         "diag_throughput_ratio": med["gmpo+diag"]["perf/tokens_per_s"] / base_tps,
+        "diag_throughput_ratio_per_step": [
+            a["perf/tokens_per_s"] / b["perf/tokens_per_s"] for a, b in zip(samples["gmpo+diag"], samples["gmpo"])
+        ],
         "router_cache_bytes_per_token_layer_k": med["gmpo+rs"]["router/cache_bytes_per_entry"],
         "router_cache_bytes_per_step": med["gmpo+rs"]["router/cache_bytes"],
         "rollout_tokens_per_s": statistics.median([med[k]["perf/rollout_tokens_per_s"] for k in CONFIGS]),
@@ -156,6 +172,9 @@ def run_bench(
         f"router cache: {result['router_cache_bytes_per_token_layer_k']:.2f} bytes per (token, layer, k) "
         f"(paper's implementation: 4), {result['router_cache_bytes_per_step'] / 1024:.1f} KiB per step"
     )
+    for key, text in (("rs", "gmpo+rs / gmpo"), ("diag", "gmpo+diag / gmpo")):
+        result[f"{key}_throughput_ratio_spread"] = ratio_spread(result[f"{key}_throughput_ratio_per_step"])
+        lines.append(f"{text} update tokens/s {spread_text(result[f'{key}_throughput_ratio_spread'])}")
     lines.append(f"rollout (hf): {result['rollout_tokens_per_s']:.0f} tokens/s")
     if dp_result is not None:
         result["data_parallel"] = dp_result

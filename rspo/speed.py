@@ -30,7 +30,8 @@ including the stop token) for both our rollout and ``generate``.
 
 Printed: one table per model (the preset's pretrained base, and a random-init model of the
 paper's depth, 12 layers, same width), then as the LAST line one JSON object with
-``step_time_ratio_vs_trl`` (ours / TRL's, median step times), ``update_tokens_per_s_vs_raw_training``
+``step_time_ratio_vs_trl`` (ours / TRL's, median step times; ``spread``: each ratio's median and
+quartiles over the rounds of the alternation), ``update_tokens_per_s_vs_raw_training``
 and ``rollout_tokens_per_s_vs_generate`` for the first model, and the same for every model
 under ``models``. TRL is an optional dependency (``pip install -e '.[bench]'``; ``make bench``
 installs it). Run it alone on the machine.
@@ -45,7 +46,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rspo.bench import ratio_spread, spread_text
+
 COLUMNS = ("rollout_s", "old_pass_s", "update_s", "step_s", "rollout_tok_s", "update_tok_s")
+# (ratio, the contender ours is divided by, the column): of the medians, and per round (``spread``)
+RATIOS = (
+    ("step_time_ratio_vs_trl", "trl", "step_s"),
+    ("update_tokens_per_s_vs_raw_training", "raw train", "update_tok_s"),
+    ("rollout_tokens_per_s_vs_generate", "generate", "rollout_tok_s"),
+)
 
 
 def _deep_model(src: Path, dst: Path, layers: int) -> Path:
@@ -221,12 +230,12 @@ def bench_model(
         "steps_measured": len(rows["rspo"]) - 1,
         "median": med,
     }
-    if "trl" in med:
-        out["step_time_ratio_vs_trl"] = med["rspo"]["step_s"] / med["trl"]["step_s"]
-    if "raw train" in med:
-        out["update_tokens_per_s_vs_raw_training"] = med["rspo"]["update_tok_s"] / med["raw train"]["update_tok_s"]
-    if "generate" in med:
-        out["rollout_tokens_per_s_vs_generate"] = med["rspo"]["rollout_tok_s"] / med["generate"]["rollout_tok_s"]
+    out["spread"] = {}
+    for key, other, column in RATIOS:
+        if other in med:
+            out[key] = med["rspo"][column] / med[other][column]
+            per_round = [a[column] / b[column] for a, b in zip(rows["rspo"][1:], rows[other][1:])]
+            out["spread"][key] = ratio_spread(per_round)
     return out
 
 
@@ -308,7 +317,10 @@ def format_table(res: dict[str, Any]) -> list[str]:
         "update_tokens_per_s_vs_raw_training": "update tokens/s vs raw training",
         "rollout_tokens_per_s_vs_generate": "rollout tokens/s vs generate",
     }
-    lines.append("; ".join(f"{text} {res[k]:.3f}" for k, text in names.items() if k in res))
+    for k, text in names.items():
+        if k in res:
+            spread = res.get("spread", {}).get(k)
+            lines.append(f"{text} {res[k]:.3f}" + (f" ({spread_text(spread)})" if spread else ""))
     return lines
 
 

@@ -51,6 +51,8 @@ def test_bench_records_per_step_throughput_ratios(tmp_path):
     result = run_bench(str(ROOT / "configs" / "smoke.yaml"), steps=2, threads=1, quiet=True)
     ratios = result["rs_throughput_ratio_per_step"]
     assert len(ratios) == 2 and all(r > 0 for r in ratios)
+    assert result["rs_throughput_ratio_spread"]["rounds"] == 2 == len(result["diag_throughput_ratio_per_step"])
+    assert min(ratios) <= result["rs_throughput_ratio_spread"]["median"] <= max(ratios)
 
 
 def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
@@ -87,6 +89,11 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
     for m in result["models"]:
         assert set(m["median"]) == {"rspo", "raw train", "generate"}
         assert m["update_tokens_per_s_vs_raw_training"] > 0 and m["rollout_tokens_per_s_vs_generate"] > 0
+        # one measured round: its ratio is the median ratio, and the spread says it rests on one round
+        spread = m["spread"]["update_tokens_per_s_vs_raw_training"]
+        assert spread["rounds"] == 1 and spread["median"] == pytest.approx(m["update_tokens_per_s_vs_raw_training"])
+        assert set(m["spread"]) == {"update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate"}
+    assert any("update tokens/s vs raw training" in line and "over 1" in line for line in lines)
     assert any(line.startswith("raw train") for line in lines) and json.loads(out.read_text()) == result
 
 
@@ -114,3 +121,12 @@ def test_speed_against_trl(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["step_time_ratio_vs_trl"] > 0
     assert set(result["models"][0]["median"]) == {"rspo", "trl", "raw train", "generate"}
+
+
+def test_a_ratio_spread_is_the_median_and_quartiles_of_the_rounds():
+    from rspo.bench import ratio_spread
+
+    assert ratio_spread([1.0, 2.0, 3.0, 4.0, 5.0]) == {"median": 3.0, "q1": 2.0, "q3": 4.0, "rounds": 5}
+    assert ratio_spread([0.9]) == {"median": 0.9, "q1": 0.9, "q3": 0.9, "rounds": 1}
+    with pytest.raises(ValueError, match="no rounds"):
+        ratio_spread([])
