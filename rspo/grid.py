@@ -99,7 +99,7 @@ def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dic
     seeds = preset.seeds if seeds is None else list(seeds)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    default_gamma = float((preset.rl_section().get("algorithm") or {}).get("gamma_min", DEFAULT_GAMMA_MIN))
+    default_gamma = preset.rl().algorithm.gamma_min
 
     def spec(
         algo: str,

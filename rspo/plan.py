@@ -261,9 +261,9 @@ class Plan:
                 if k in keep or k == "main" or (base_family(k) in keep and k.partition("_")[0] not in off)
             }
         self.families = families
-        rl = self.spec.rl_section()
-        self.default_task = str((rl.get("data") or {}).get("task", rcfg.DataConfig.task))
-        self.default_gamma = float((rl.get("algorithm") or {}).get("gamma_min", DEFAULT_GAMMA_MIN))
+        runs = self.spec.rl()  # the typed `rl:` (its defaults where the preset sets none)
+        self.default_task = runs.data.task
+        self.default_gamma = runs.algorithm.gamma_min
         self.runs: dict[str, Run] = {}
         for fam in self.families.values():
             for name, ov in fam.items():
@@ -393,9 +393,7 @@ class Plan:
         """The hub id (or absolute folder) a task's runs start from; '' if pretrained here.
 
         Main-family runs are `rl` overlaid with `tasks.<task>` (load_train_config)."""
-        overlay = (self.spec.task_overlays.get(task) or {}) if task in self.main_tasks else {}
-        path = (overlay.get("model") or {}).get("path") or (self.spec.rl_section().get("model") or {}).get("path") or ""
-        return str(path)
+        return self.spec.rl(task if task in self.main_tasks else None).model.path
 
     def base_dir(self, task: str) -> str:
         """Relative folder of the locally pretrained base model of a task."""
@@ -406,15 +404,14 @@ class Plan:
 
     @property
     def uses_gpu(self) -> bool:
-        backends = self.run_settings("rollout", "backend", rcfg.RolloutConfig.backend)
+        backends = self.run_settings("rollout", "backend")
         gpus = any(self.resources(k)["gpu"] for k in RULE_KINDS)
         return "vllm" in backends or gpus
 
-    def run_settings(self, section: str, key: str, default: Any = None) -> set[Any]:
-        """The values of ``rl.<section>.<key>`` and of each task overlay's (``default`` where unset):
-        what the runs of the preset use, e.g. the devices they train on."""
-        overlays = [self.spec.rl_section(), *self.spec.task_overlays.values()]
-        return {((rl or {}).get(section) or {}).get(key, default) for rl in overlays}
+    def run_settings(self, section: str, key: str) -> set[Any]:
+        """The values of ``<section>.<key>`` in the typed config of `rl:` and of `rl:` with each task
+        overlay: what the runs of the preset use, e.g. the devices they train on."""
+        return {getattr(getattr(self.spec.rl(task), section), key) for task in (None, *self.spec.task_overlays)}
 
     def resources(self, kind: str) -> dict[str, Any]:
         if kind not in DEFAULT_RESOURCES:
