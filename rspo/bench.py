@@ -70,7 +70,7 @@ def prepare_inputs(preset_path: str, model: str | None, data: str | None, work: 
     source = "pretrained"
     if not (model_dir / "config.json").is_file():
         tok = build_tokenizer()
-        m = build_model(spec.pretraining().get("model") or {}, tok, seed=0)
+        m = build_model(spec.architecture("countdown"), tok, seed=0)
         model_dir = work / "model"
         save_checkpoint(m, tok, model_dir, meta={"tokenizer_fingerprint": tokenizer_fingerprint(tok)})
         source = "random-init (no pretrained base found)"

@@ -5,9 +5,12 @@ generated from the dataclasses of rspo/config.py and rspo/eval_config.py, ``scri
 writes them and a test compares).
 
 A constraint is a bound (``ge``, ``gt``, ``le``, ``lt``; on each item of a tuple), a set of
-``choices`` (of each item of a list: ``tuple[str, ...]``), or ``nonempty`` for a string or a list.
-A list (``tuple[X, ...]``) has no repeated item; a field that is itself a section (a dataclass) is
-a closed mapping of its own fields. Checks that relate two fields, or that need to say why
+``choices`` (of each item of a list: ``tuple[str, ...]``), ``nonempty`` for a string or a list, or a
+``pattern`` a string must match. A list (``tuple[X, ...]``) has no repeated item; a field that is
+itself a section (a dataclass) is a closed mapping of its own fields (absent: None, never ``null``
+in the file), and a field without a default is required. An overlay (a mapping merged onto a section
+later, such as a task's overlay of `rl`) names the schema it follows with ``ref``: its property is
+``$ref: "#/$defs/<ref>"``. Checks that relate two fields, or that need to say why
 (``rollout.top_p`` must be 1 for training), stay in each section's ``checks``. A field's schema
 description is the first sentence of its docstring in the source.
 """
@@ -38,14 +41,22 @@ def setting(
     choices: tuple | None = None,
     noun: str = "value",
     nonempty: bool = False,
+    pattern: str | None = None,
+    ref: str | None = None,
 ) -> Any:
     """A dataclass field with its constraints (``noun`` names a choice in the error: "unknown
-    backend 'x'; choose one of [...]")."""
+    backend 'x'; choose one of [...]"). ``default=REQUIRED``: the key must be given."""
     meta: dict[str, Any] = {"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "nonempty": nonempty}
+    meta.update(pattern=pattern, ref=ref)
     meta = {k: v for k, v in meta.items() if v is not None and v is not False}
     if choices is not None:
         meta["noun"] = noun
+    if default is REQUIRED:
+        return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+REQUIRED: Any = object()  # setting(REQUIRED, ...): a field without a default, a required key
 
 
 def _interval(m: dict[str, Any]) -> str:
@@ -85,6 +96,8 @@ def check_fields(obj: Any, prefix: str) -> None:
                     raise ConfigError(f"{key}: unknown {m['noun']} {item!r}; choose one of {list(m['choices'])}")
         if m.get("nonempty") and not v:
             raise ConfigError(f"{key}: must not be empty")
+        if "pattern" in m and not re.search(m["pattern"], v):
+            raise ConfigError(f"{key}: {v!r} does not match {m['pattern']}")
         items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, tuple) else [(None, v)]
         for i, item in items:
             if isinstance(item, (int, float)) and not isinstance(item, bool) and _outside(m, item):
@@ -111,12 +124,26 @@ _BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "ex
 
 
 def _is_list(tp: Any) -> bool:
-    """``tuple[X, ...]``: a list of any length (a fixed tuple is a pair, a triple ...)."""
+    """``tuple[X, ...]`` (or an optional one): a list of any length (a fixed tuple is a pair, a triple ...)."""
+    tp = _optional(tp)
     return typing.get_origin(tp) is tuple and typing.get_args(tp)[-1:] == (Ellipsis,)
+
+
+def _optional(tp: Any) -> Any:
+    """``X`` of ``X | None`` where X is a list, a mapping or a section (unset: None; the file leaves the
+    key out); any other type as it is (``int | None`` admits null in the file)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        if inner not in _JSON and typing.get_origin(inner) is not typing.Literal:
+            return inner
+    return tp
 
 
 def _type_schema(tp: Any) -> dict[str, Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _optional(tp) is not tp:  # an optional list, mapping or section: absent, not null
+        return _type_schema(_optional(tp))
     if origin in (typing.Union, types.UnionType):
         if all(a in _JSON for a in args):
             return {"type": [_JSON[a] for a in args]}
@@ -174,8 +201,12 @@ def section_schema(cls: type) -> dict[str, Any]:
     constraints and the first sentence of its docstring."""
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
     props: dict[str, Any] = {}
+    required = [f.name for f in dataclasses.fields(cls) if _required(f)]
     for f in dataclasses.fields(cls):
         m = f.metadata
+        if "ref" in m:
+            props[f.name] = {"$ref": f"#/$defs/{m['ref']}", **({"description": docs[f.name]} if f.name in docs else {})}
+            continue
         p = _type_schema(hints[f.name])
         if "choices" in m:
             enum = {"enum": list(m["choices"])}
@@ -183,13 +214,24 @@ def section_schema(cls: type) -> dict[str, Any]:
         _bounded(p).update({_BOUNDS[k]: m[k] for k in _BOUNDS if k in m})
         if m.get("nonempty"):
             p["minItems" if p.get("type") == "array" else "minLength"] = 1
+        if "pattern" in m:
+            p["pattern"] = m["pattern"]
         if f.name in docs:
             p["description"] = docs[f.name]
         props[f.name] = p
-    return {"type": "object", "additionalProperties": False, "properties": props}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        **({"required": required} if required else {}),
+        "properties": props,
+    }
 
 
-GENERATED = "# generated from the dataclasses by `python scripts/preset_schema.py`: do not edit below this line"
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+GENERATED = "# Generated from the dataclasses by `python scripts/preset_schema.py`: do not edit by hand."
 
 
 class _SchemaDumper(yaml.SafeDumper):
@@ -201,11 +243,7 @@ _SchemaDumper.add_representer(
 )
 
 
-def with_generated_block(text: str, schemas: dict[str, dict[str, Any]], indent: int = 2) -> str:
-    """The schema file's ``text`` with everything after the ``GENERATED`` line (the file's end) replaced
-    by each ``key: schema`` of ``schemas`` in YAML, indented by ``indent`` (``$defs`` entries)."""
-    marker = " " * indent + GENERATED + "\n"
-    if marker not in text:
-        raise ValueError(f"the schema file has no line {marker.strip()!r}")
-    body = yaml.dump(schemas, Dumper=_SchemaDumper, sort_keys=False, width=100, allow_unicode=True)
-    return text[: text.index(marker) + len(marker)] + textwrap.indent(body, " " * indent)
+def schema_file_text(schema: dict[str, Any]) -> str:
+    """A generated schema file: the ``GENERATED`` line, then ``schema`` in YAML (keys in order)."""
+    body = yaml.dump(schema, Dumper=_SchemaDumper, sort_keys=False, width=100, allow_unicode=True)
+    return GENERATED + "\n" + body

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import TASKS, TrainConfig
-from rspo.method import ALGOS, DEFAULT_GAMMA_MIN, ROUTING_MODES, ConfigError, check_gamma_min
+from rspo.config import TrainConfig
+from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
 from rspo.preset import Preset
+from rspo.study_config import GRID_FAMILIES, build_regime, grid_family
 
 
 def _err(key: str, msg: str) -> ConfigError:
@@ -77,7 +78,6 @@ REGIMES: dict[str, str] = {
     "stress": "router drift as the controlled variable",
     "mismatch": "train-inference mismatch as the controlled variable: the engine in another precision",
 }
-GRID_KEYS = {"plugin", "gamma_min", "stop_gradient", "routing", "main"}
 
 
 def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
@@ -93,9 +93,9 @@ def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dic
     grid = preset.grid()
     if not isinstance(grid, dict):
         raise _err("grid", "expected a mapping")
-    unknown = sorted(set(grid) - GRID_KEYS)
+    unknown = sorted(set(grid) - set(GRID_FAMILIES))
     if unknown:
-        raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_KEYS)}")
+        raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_FAMILIES)}")
     seeds = preset.seeds if seeds is None else list(seeds)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
@@ -111,11 +111,6 @@ def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dic
         task: str = "",
         correction: str = "none",
     ) -> tuple[str, dict[str, Any]]:
-        if algo not in ALGOS:
-            raise _err("grid", f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
-        check_gamma_min(gmin, "grid.gamma_min.values")
-        if routing not in ROUTING_MODES:
-            raise _err("grid.routing.modes", f"unknown routing mode {routing!r}")
         algo_over = {"algo": algo, "router_shift": rs, "gamma_min": gmin, "stop_gradient": sg, "routing": routing}
         if correction != "none":  # left out otherwise: the runs named before corrections existed keep their config
             algo_over["rollout_correction"] = correction
@@ -126,12 +121,12 @@ def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dic
 
     families: dict[str, dict[str, dict[str, Any]]] = {}
     if "plugin" in grid:
-        g = grid["plugin"] or {}
+        g = grid_family("plugin", grid["plugin"])
         fam = {}
         for seed in seeds:
-            for algo in g.get("algos", list(ALGOS)):
-                for rs in g.get("router_shift", [False, True]):
-                    name, ov = spec(algo, seed, rs=bool(rs))
+            for algo in g.algos:
+                for rs in g.router_shift:
+                    name, ov = spec(algo, seed, rs=rs)
                     fam[name] = ov
         families["plugin"] = fam
         mech = {}
@@ -141,51 +136,45 @@ def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dic
                 mech[name] = ov
         families["mechanism"] = mech
     if "gamma_min" in grid:
-        g = grid["gamma_min"] or {}
-        families["gamma_min"] = dict(
-            spec(g.get("algo", "gmpo"), seed, rs=True, gmin=float(v))
-            for seed in seeds
-            for v in g.get("values", [0.2, 0.5, 0.8])
-        )
+        g = grid_family("gamma_min", grid["gamma_min"])
+        families["gamma_min"] = dict(spec(g.algo, seed, rs=True, gmin=v) for seed in seeds for v in g.values)
     if "stop_gradient" in grid:
-        g = grid["stop_gradient"] or {}
+        g = grid_family("stop_gradient", grid["stop_gradient"])
         fam = {}
         for seed in seeds:
             for sg in (True, False):
-                name, ov = spec(g.get("algo", "gmpo"), seed, rs=True, sg=sg)
+                name, ov = spec(g.algo, seed, rs=True, sg=sg)
                 fam[name] = ov
         families["stop_gradient"] = fam
     if "routing" in grid:
-        g = grid["routing"] or {}
+        g = grid_family("routing", grid["routing"])
         fam = {}
         for seed in seeds:
-            name, ov = spec(g.get("algo", "gmpo"), seed, rs=True)  # RSPO, the reference
+            name, ov = spec(g.algo, seed, rs=True)  # RSPO, the reference
             fam[name] = ov
-            for mode in g.get("modes", ["freeze", "logit_replay", "index_replay"]):
+            for mode in g.modes:
                 if mode == "none":  # the algorithm alone (no RS, no routing control): the mismatch baseline
-                    name, ov = spec(g.get("algo", "gmpo"), seed)
+                    name, ov = spec(g.algo, seed)
                 elif mode in BEYOND_PAPER_ROWS:  # R3, TIS, RS+TIS (beyond the paper)
                     routing, rs, corr = BEYOND_PAPER_ROWS[mode]
-                    name, ov = spec(g.get("algo", "gmpo"), seed, rs=rs, routing=routing, correction=corr)
+                    name, ov = spec(g.algo, seed, rs=rs, routing=routing, correction=corr)
                 else:
-                    name, ov = spec(g.get("algo", "gmpo"), seed, routing=mode)
+                    name, ov = spec(g.algo, seed, routing=mode)
                 fam[name] = ov
         families["routing"] = fam
     for regime in REGIMES:
         if preset.has(regime):
             families.update(regime_families(preset, families, regime, seeds))
     if "main" in grid:
-        g = grid["main"] or {}
+        g = grid_family("main", grid["main"])
         tasks = preset.task_overlays
         fam = {}
-        for task in g.get("tasks", []):
-            if task not in TASKS or task not in tasks:
+        for task in g.tasks:
+            if task not in tasks:
                 raise _err("grid.main.tasks", f"task {task!r} needs a `tasks.{task}` mapping in the preset")
             for seed in seeds:
-                for method in g.get("methods", ["grpo", "gspo", "gmpo", "gmpo+rs"]):
-                    algo, _, plus = str(method).partition("+")
-                    if plus not in ("", "rs"):
-                        raise _err("grid.main.methods", f"unknown method {method!r}; use <algo> or <algo>+rs")
+                for method in g.methods:  # <algo> or <algo>+rs
+                    algo, _, plus = method.partition("+")
                     name, ov = spec(algo, seed, rs=plus == "rs", task=task)
                     fam[name] = ov
         families["main"] = fam
@@ -202,30 +191,18 @@ def regime_families(
     whose outcomes need another number of seeds than the natural one's). Family ``<regime>_<name>``;
     the mechanism pair follows plugin. ``<regime>.default_target: false`` keeps the regime out of the
     default target (``off_default_regimes``; rspo.plan.Plan reads it)."""
-    st = preset.section(regime)
-    if not isinstance(st, dict):
-        raise _err(regime, "expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    keys = ["default_target", "families", "grid", "note", "rl", "seeds"]
-    unknown = sorted(set(st) - set(keys))
-    if unknown:
-        raise _err(f"{regime}.{unknown[0]}", f"unknown key; valid keys are {keys}")
-    own = st.get("seeds", seeds)
-    if not isinstance(own, list) or not own or not all(isinstance(s, int) and not isinstance(s, bool) for s in own):
-        raise _err(f"{regime}.seeds", f"expected a non-empty list of integers, got {own!r}")
-    if not isinstance(st.get("rl"), dict) or not st["rl"]:
-        raise _err(f"{regime}.rl", "expected a non-empty overlay of the rl section")
-    if not isinstance(st.get("default_target", True), bool):
-        raise _err(f"{regime}.default_target", f"expected true or false, got {st['default_target']!r}")
+    st = build_regime(regime, preset.section(regime))
+    own = seeds if st.seeds is None else st.seeds
     source = families
-    if st.get("grid"):
+    if st.grid:
         grid = preset.grid()
-        for fam, over in st["grid"].items():
+        for fam, over in st.grid.items():
             if fam not in grid or fam == "main" or not isinstance(over, dict):
                 raise _err(f"{regime}.grid.{fam}", f"expected a mapping overlaying grid.{fam} of this preset")
             grid[fam] = {**(grid[fam] or {}), **over}
         source = expand_grid(preset.with_grid(grid, drop=tuple(REGIMES)), seeds)
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for fam in list(st.get("families") or []):
+    for fam in st.families:
         if fam not in source or fam in ("main", "mechanism"):
             raise _err(
                 f"{regime}.families",
@@ -242,8 +219,7 @@ def regime_families(
 def off_default_regimes(preset: Preset) -> set[str]:
     """The regimes whose section says ``default_target: false``: built by the whole grid or when a
     selection names their own family (stress_plugin), never by a selection of grid families."""
-    sections = {r: preset.section(r) for r in REGIMES}  # None where the preset has no such section
-    return {r for r, st in sections.items() if isinstance(st, dict) and st.get("default_target") is False}
+    return {r for r in REGIMES if preset.has(r) and not build_regime(r, preset.section(r)).default_target}
 
 
 def base_family(family: str) -> str:

@@ -1,8 +1,9 @@
 """MoE causal LMs: build from a preset's architecture mapping, load/save checkpoints, log-probs.
 
 The small-scale setting of the paper is a Qwen2.5-MoE-style model (12 layers, 8 experts, top-1)
-pretrained from scratch on Countdown (Appendix A). ``build_model`` makes such a model from a
-mapping (``pretrain.model`` in a preset) with transformers' own Qwen2-MoE / Qwen3-MoE classes,
+pretrained from scratch on Countdown (Appendix A). ``build_model`` makes such a model from an
+architecture (``rspo.pretrain_config.ArchConfig``: ``pretrain.model`` in a preset, or a mapping of
+its keys) with transformers' own Qwen2-MoE / Qwen3-MoE classes,
 so checkpoints are standard Hugging Face folders that ``AutoModelForCausalLM`` and vLLM load.
 
 Sequence layout used by the RL code (``response_logprobs``): each row is a LEFT-padded prompt of
@@ -23,25 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-ARCHS = ("qwen2_moe", "qwen3_moe")
-ARCH_KEYS = {
-    "arch",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "intermediate_size",
-    "moe_intermediate_size",
-    "num_experts",
-    "top_k",
-    "norm_topk_prob",
-    "shared_expert_intermediate_size",
-    "max_position_embeddings",
-    "router_aux_loss_coef",
-    "rope_theta",
-    "tie_word_embeddings",
-    "head_dim",
-}
+from rspo.pretrain_config import ArchConfig, build_arch
+
 META_FILE = "rspo_meta.json"
 
 
@@ -61,55 +45,45 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def moe_config(arch: dict[str, Any], vocab_size: int, bos_token_id: int, eos_token_id: int, pad_token_id: int):
-    """transformers config for an architecture mapping (keys: ARCH_KEYS)."""
-    unknown = sorted(set(arch) - ARCH_KEYS)
-    if unknown:
-        raise ValueError(f"pretrain.model.{unknown[0]}: unknown key; valid keys are {sorted(ARCH_KEYS)}")
-    name = arch.get("arch", "qwen2_moe")
-    if name not in ARCHS:
-        raise ValueError(f"pretrain.model.arch: unknown architecture {name!r}; choose one of {list(ARCHS)}")
-    if arch.get("top_k", 1) > arch.get("num_experts", 8):
-        raise ValueError("pretrain.model.top_k: larger than num_experts")
-    if arch.get("top_k", 1) == 1 and arch.get("norm_topk_prob", False):
-        raise ValueError(
-            "pretrain.model.norm_topk_prob: with top-1 routing, renormalising makes the single routing "
-            "weight exactly 1 and the router gets no gradient; set it to false"
-        )
+def moe_config(
+    arch: ArchConfig | dict[str, Any], vocab_size: int, bos_token_id: int, eos_token_id: int, pad_token_id: int
+):
+    """transformers config for an architecture (an ``ArchConfig``, or a preset's mapping of one)."""
+    arch = build_arch(arch)
     common = dict(
         vocab_size=vocab_size,
-        hidden_size=arch.get("hidden_size", 128),
-        intermediate_size=arch.get("intermediate_size", 512),
-        num_hidden_layers=arch.get("num_layers", 4),
-        num_attention_heads=arch.get("num_heads", 4),
-        num_key_value_heads=arch.get("num_kv_heads", arch.get("num_heads", 4)),
-        max_position_embeddings=arch.get("max_position_embeddings", 256),
-        num_experts=arch.get("num_experts", 8),
-        num_experts_per_tok=arch.get("top_k", 1),
-        moe_intermediate_size=arch.get("moe_intermediate_size", 256),
-        norm_topk_prob=arch.get("norm_topk_prob", False),
-        router_aux_loss_coef=arch.get("router_aux_loss_coef", 0.0),
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_heads if arch.num_kv_heads is None else arch.num_kv_heads,
+        max_position_embeddings=arch.max_position_embeddings,
+        num_experts=arch.num_experts,
+        num_experts_per_tok=arch.top_k,
+        moe_intermediate_size=arch.moe_intermediate_size,
+        norm_topk_prob=arch.norm_topk_prob,
+        router_aux_loss_coef=arch.router_aux_loss_coef,
         output_router_logits=False,
-        tie_word_embeddings=arch.get("tie_word_embeddings", True),
-        rope_theta=arch.get("rope_theta", 10000.0),
+        tie_word_embeddings=arch.tie_word_embeddings,
+        rope_theta=arch.rope_theta,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         decoder_sparse_step=1,
         mlp_only_layers=[],
     )
-    if "head_dim" in arch:
-        common["head_dim"] = arch["head_dim"]
-    if name == "qwen2_moe":
+    if arch.head_dim is not None:
+        common["head_dim"] = arch.head_dim
+    if arch.arch == "qwen2_moe":
         from transformers import Qwen2MoeConfig
 
-        return Qwen2MoeConfig(shared_expert_intermediate_size=arch.get("shared_expert_intermediate_size", 0), **common)
+        return Qwen2MoeConfig(shared_expert_intermediate_size=arch.shared_expert_intermediate_size, **common)
     from transformers import Qwen3MoeConfig
 
     return Qwen3MoeConfig(**common)
 
 
-def build_model(arch: dict[str, Any], tokenizer, seed: int = 0):
+def build_model(arch: ArchConfig | dict[str, Any], tokenizer, seed: int = 0):
     """Random-init MoE causal LM for ``tokenizer`` (fp32)."""
     from transformers import AutoModelForCausalLM
 

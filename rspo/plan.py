@@ -52,6 +52,7 @@ from rspo.grid import (
 )
 from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
 from rspo.preset import Preset
+from rspo.study_config import grid_family
 
 # ----------------------------------------------------------------------------- targets
 
@@ -314,7 +315,7 @@ class Plan:
     def main_tasks(self) -> list[str]:
         if "main" not in self.families:
             return []
-        return list((self.spec.grid().get("main") or {}).get("tasks", []))
+        return list(grid_family("main", self.spec.grid().get("main")).tasks)
 
     def label(self, run: str) -> str:
         return method_label(self.runs[run], self.default_gamma)

@@ -7,13 +7,17 @@
     preset.rl("countdown", "mismatch")   # ... and a regime's (`mismatch.rl`)
     preset.evaluation("countdown")       # the settings of `eval.countdown` (a CountdownEval)
     preset.countdown_splits              # the Countdown splits evaluated (eval.countdown.splits)
-    preset.pretraining()                 # the `pretrain:` section, a copy
+    preset.pretraining()                 # the `pretrain:` section (a PretrainConfig)
+    preset.architecture("math")          # the architecture of a task's model pretrained here
+    preset.resources("train")            # `resources.train`: the settings it gives (rspo.plan adds defaults)
 
 The defaults of the training settings are the dataclasses' of ``rspo.config`` (a value a command
 needs from `rl:` is read from ``rl(...)``, never from the YAML with a default of its own), and the
 overlays are merged the way a training run merges them (``rspo.grid.load_train_config`` builds its
-run's config from ``rl_section``). The grid's sections (`grid:`, `seeds:`, the regimes, `tasks:`) are
-handed out as written: rspo.grid expands and checks them, rspo.plan plans from them. Nothing else in
+run's config from ``rl_section``). The other sections are typed too (rspo.study_config,
+rspo.pretrain_config, rspo.eval_config), their defaults stated there once. The grid's sections
+(`grid:`, the regimes, `tasks:`) are handed out as written, to be merged the way a run merges them:
+rspo.grid types, expands and checks them (``grid_family``, ``build_regime``). Nothing else in
 the package reads a preset's mapping (``data``: the schema's validation and the digests of
 rspo.plan take it whole); tests/test_preset.py greps for it.
 """
@@ -25,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import ConfigError, TrainConfig
+from rspo.config import ConfigError, TrainConfig, build_section
 from rspo.eval_config import COUNTDOWN_EVAL_SPLITS, build_eval
+from rspo.pretrain_config import ArchConfig, PretrainConfig, build_pretrain
+from rspo.study_config import Mlflow, Prepare, PresetSpec, Resources
 
 __all__ = ["COUNTDOWN_EVAL_SPLITS", "Preset", "deep_update"]
 
@@ -63,13 +69,14 @@ class Preset:
 
     @property
     def seeds(self) -> list[int]:
-        """The preset's `seeds:` (default [0]); checked where the grid is expanded (rspo.grid)."""
-        return list(self.data.get("seeds", [0]))
+        """The preset's `seeds:` (PresetSpec's default where unset); checked where the grid is expanded
+        (rspo.grid)."""
+        return list(self.data.get("seeds", PresetSpec.default("seeds")))
 
     @property
     def default_families(self) -> list[str] | None:
         """The grid families its default target builds (`default_families:`); None: all of them."""
-        fams = self.data.get("default_families")
+        fams = self.data.get("default_families", PresetSpec.default("default_families"))
         return None if fams is None else list(fams)
 
     def grid(self) -> Any:
@@ -101,21 +108,28 @@ class Preset:
 
     def prepare_source(self, task: str) -> str:
         """`prepare.<task>.source` (hub | fallback | a path); "" when not set (rspo.plan decides)."""
-        return str(((self.data.get("prepare") or {}).get(task) or {}).get("source") or "")
+        return getattr(self._typed("prepare", Prepare), task).source or ""
 
     def resources(self, kind: str) -> dict[str, Any]:
-        """`resources.<kind>` as written (a copy; {} when absent); rspo.plan fills in its defaults."""
-        return copy.deepcopy(dict((self.data.get("resources") or {}).get(kind) or {}))
+        """The settings `resources.<kind>` gives ({} when none; checked, rspo.study_config.JobResources);
+        rspo.plan fills in the kind's defaults."""
+        return getattr(self._typed("resources", Resources), kind).given()
 
     @property
     def threads(self) -> int:
-        """`threads:` (default 1): each job's CPU threads where `resources` does not say."""
-        return int(self.data.get("threads", 1))
+        """`threads:`: each job's CPU threads where `resources` does not say (PresetSpec's default)."""
+        return int(self.data.get("threads", PresetSpec.default("threads")))
 
     @property
     def mlflow_experiment(self) -> str:
         """The preset's `mlflow.experiment`; "" when not set (rspo.tracking.experiment_name)."""
-        return str((self.data.get("mlflow") or {}).get("experiment", ""))
+        return self._typed("mlflow", Mlflow).experiment or ""
+
+    def _typed(self, name: str, cls: type) -> Any:
+        """The top-level section ``name`` as its dataclass ``cls`` (defaults where unset), checked."""
+        section = build_section(cls, copy.deepcopy(self.data.get(name)), name)
+        section.validate(name)
+        return section
 
     # --------------------------------------------------------------------- training
 
@@ -155,19 +169,11 @@ class Preset:
         """The Countdown splits an evaluation scores and the tables report."""
         return list(self.evaluation("countdown").splits)
 
-    def pretraining(self) -> dict[str, Any]:
-        """The `pretrain:` section, a copy; {} when the preset pretrains nothing."""
-        return copy.deepcopy(dict(self.data.get("pretrain") or {}))
+    def pretraining(self) -> PretrainConfig:
+        """The `pretrain:` section, typed (rspo.pretrain_config; its defaults where the preset sets none)."""
+        return build_pretrain(copy.deepcopy(self.data.get("pretrain")))
 
-    def architecture(self, task: str) -> dict[str, Any]:
-        """The architecture of the model pretrained here for a task (rspo.models.ARCH_KEYS)."""
-        return pretrained_architecture(self.pretraining(), task)
-
-
-def pretrained_architecture(pretraining: dict[str, Any], task: str) -> dict[str, Any]:
-    """The architecture a `pretrain:` mapping gives a task's model: `model`, and for math and code,
-    whose prompts are longer, `text_model` on top."""
-    arch = dict(pretraining.get("model") or {})
-    if task != "countdown":
-        arch.update(pretraining.get("text_model") or {})
-    return arch
+    def architecture(self, task: str) -> ArchConfig:
+        """The architecture of the model pretrained here for a task: `pretrain.model`, and for math and
+        code `pretrain.text_model` on top (PretrainConfig.architecture)."""
+        return self.pretraining().architecture(task)

@@ -43,86 +43,23 @@ import torch
 import torch.nn.functional as F
 
 from rspo.chat import resolve_format
-from rspo.config import ConfigError, parse_override
-from rspo.preset import Preset, pretrained_architecture
-
-PRETRAIN_KEYS = {
-    "model",
-    "text_model",
-    "format",
-    "examples",
-    "batch_size",
-    "lr",
-    "min_lr_ratio",
-    "warmup_steps",
-    "weight_decay",
-    "router_aux_loss_coef",
-    "eval_every",
-    "eval_size",
-    "ckpt_every",
-    "seed",
-    "max_new_tokens",
-    "vocab_size",
-    "solution",
-}
-NESTED_KEYS = ("model", "text_model")  # mappings whose keys are architecture keys (rspo.models.ARCH_KEYS)
-SOLUTIONS = ("first", "any")
+from rspo.config import parse_override, set_by_path
+from rspo.preset import Preset
+from rspo.pretrain_config import PretrainConfig, build_pretrain
 
 
-def pretrain_settings(preset: Preset, overrides: list[str]) -> dict[str, Any]:
-    """The preset's ``pretrain:`` mapping with ``--set`` overrides applied and defaults filled in.
+def pretrain_settings(preset: Preset, overrides: list[str]) -> PretrainConfig:
+    """The preset's ``pretrain:`` section with ``--set`` overrides applied, typed and checked
+    (rspo.pretrain_config: its defaults where the preset sets none).
 
     An override is ``key=value`` (``examples=120000``) or, inside the architecture mappings,
     ``model.key=value`` (``model.num_experts=64``, ``text_model.max_position_embeddings=512``); an
     unknown key is an error that names it and its valid siblings."""
-    from rspo.models import ARCH_KEYS
-
-    p = preset.pretraining()
+    p = {"pretrain": preset.section("pretrain") or {}}
     for text in overrides:
         k, v = parse_override(text)
-        path = k.removeprefix("pretrain.").split(".")
-        if path[0] not in PRETRAIN_KEYS:
-            raise ConfigError(f"pretrain.{path[0]}: unknown key; valid keys are {sorted(PRETRAIN_KEYS)}")
-        if len(path) == 1:
-            p[path[0]] = v
-            continue
-        if path[0] not in NESTED_KEYS:
-            raise ConfigError(f"pretrain.{k.removeprefix('pretrain.')}: pretrain.{path[0]} is not a mapping")
-        if len(path) > 2 or path[1] not in ARCH_KEYS:
-            raise ConfigError(
-                f"pretrain.{'.'.join(path)}: unknown key; valid keys of pretrain.{path[0]} are {sorted(ARCH_KEYS)}"
-            )
-        section = p.get(path[0]) or {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"pretrain.{path[0]}: expected a mapping, got {section!r}")
-        p[path[0]] = {**section, path[1]: v}
-    unknown = sorted(set(p) - PRETRAIN_KEYS)
-    if unknown:
-        raise ConfigError(f"pretrain.{unknown[0]}: unknown key; valid keys are {sorted(PRETRAIN_KEYS)}")
-    p.setdefault("solution", "first")
-    if p["solution"] not in SOLUTIONS:
-        raise ConfigError(f"pretrain.solution: {p['solution']!r}; choose one of {list(SOLUTIONS)}")
-    if p["solution"] == "any" and p.get("format", "steps") != "steps":
-        raise ConfigError("pretrain.solution: `any` needs format `steps` (the traces follow one search)")
-    p.setdefault("format", "steps")
-    p.setdefault("examples", 1000)
-    p.setdefault("batch_size", 64)
-    p.setdefault("lr", 1e-3)
-    p.setdefault("min_lr_ratio", 0.1)
-    p.setdefault("warmup_steps", 100)
-    p.setdefault("weight_decay", 0.01)
-    p.setdefault("router_aux_loss_coef", 0.01)
-    p.setdefault("eval_every", 1000)
-    p.setdefault("eval_size", 200)
-    p.setdefault("ckpt_every", 500)
-    p.setdefault("seed", 0)
-    p.setdefault("max_new_tokens", 64)
-    for k in ("examples", "batch_size", "eval_size", "ckpt_every"):
-        if not isinstance(p[k], int) or p[k] < 1:
-            raise ConfigError(f"pretrain.{k}: must be a positive integer, got {p[k]!r}")
-    if not p["lr"] > 0:
-        raise ConfigError(f"pretrain.lr: must be > 0, got {p['lr']}")
-    return p
+        set_by_path(p, f"pretrain.{k.removeprefix('pretrain.')}", v)
+    return build_pretrain(p.get("pretrain"))
 
 
 def sft_pairs(
@@ -248,7 +185,7 @@ class PretrainJob:
     """> 0: stop after this many steps (testing resume)."""
 
 
-def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict[str, Any]:
+def run_pretraining(preset: Preset, p: PretrainConfig, job: PretrainJob) -> dict[str, Any]:
     from rspo.models import build_model, load_balancing_loss, save_checkpoint, set_threads
     from rspo.progress import Progress
     from rspo.router import capture_router_logits, router_spec
@@ -260,8 +197,8 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
     work = out.with_name(out.name + ".work")  # checkpoints and metrics while training
     work.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    fmt = p["format"]
-    train, val = _load_task_data(job.task, job.data, fmt, p["seed"])
+    fmt = p.format
+    train, val = _load_task_data(job.task, job.data, fmt, p.seed)
     if job.task == "countdown":
         from rspo.tokenizer import load_tokenizer
 
@@ -274,25 +211,23 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
         pairs0 = sft_pairs(job.task, train, fmt)
         tok_dir = work / "tokenizer"
         if not (tok_dir / "tokenizer.json").is_file():
-            train_text_tokenizer([a + b for a, b in pairs0], p.get("vocab_size", 512), tok_dir)
+            train_text_tokenizer([a + b for a, b in pairs0], p.vocab_size, tok_dir)
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(tok_dir))
     prompt_format = task_prompt_format(preset, job.task, tok)
-    arch = pretrained_architecture(p, job.task)
+    arch = p.architecture(job.task)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(arch, tok, seed=p["seed"]).to(device)
-    use_aux = p["router_aux_loss_coef"] > 0
-    max_len = int(arch.get("max_position_embeddings", 256))
-    pairs = sft_pairs(job.task, train, fmt, p["solution"], p["seed"], prompt_format)
+    model = build_model(arch, tok, seed=p.seed).to(device)
+    use_aux = p.router_aux_loss_coef > 0
+    max_len = arch.max_position_embeddings
+    pairs = sft_pairs(job.task, train, fmt, p.solution, p.seed, prompt_format)
     seqs, starts = encode_pairs(tok, pairs, max_len)
     n = len(seqs)
-    bs = p["batch_size"]
-    total_steps = max(1, p["examples"] // bs)
-    opt = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=p["weight_decay"], betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, total_steps, p["warmup_steps"], p["min_lr_ratio"])
-    )
+    bs = p.batch_size
+    total_steps = max(1, p.examples // bs)
+    opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total_steps, p.warmup_steps, p.min_lr_ratio))
     step = 0
     run_id = None
     metrics_path = work / "metrics.jsonl"
@@ -329,7 +264,7 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
             experiment,
             f"pretrain-{job.task}",
             run_id=run_id,
-            params={f"pretrain/{k}": json.dumps(v) for k, v in p.items()},
+            params={f"pretrain/{k}": json.dumps(v) for k, v in p.to_dict().items()},
             tags={"kind": "pretrain", "task": job.task, "preset": name},
             source="rspo pretrain",
             key=f"pretrain/{out.name}",
@@ -385,7 +320,7 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
         for i in range(step * bs, (step + 1) * bs):
             epoch, pos = divmod(i, n)
             if epoch not in epoch_perm:
-                epoch_perm = {epoch: random.Random(p["seed"] * 1000 + epoch).sample(range(n), n)}
+                epoch_perm = {epoch: random.Random(p.seed * 1000 + epoch).sample(range(n), n)}
             idx.append(epoch_perm[epoch][pos])
         ids, attn, lmask = collate(seqs, starts, idx, tok.pad_token_id)
         ids, attn, lmask = ids.to(device), attn.to(device), lmask.to(device)
@@ -399,7 +334,7 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
         total = loss
         if use_aux:
             aux = load_balancing_loss(cap.logits, spec.top_k, attn)
-            total = loss + p["router_aux_loss_coef"] * aux
+            total = loss + p.router_aux_loss_coef * aux
         opt.zero_grad(set_to_none=True)
         total.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -420,14 +355,14 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
             )
             t_loop, last_logged = time.time(), step
         shown = {"loss": loss.item(), "loss_ema": loss_ema, "lr": sched.get_last_lr()[0], "acc": None}
-        if p["eval_every"] and step % p["eval_every"] == 0 and step < total_steps:
+        if p.eval_every and step % p.eval_every == 0 and step < total_steps:
             model.eval()
-            acc = heldout_accuracy(model, tok, job.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format)
+            acc = heldout_accuracy(model, tok, job.task, val[: p.eval_size], fmt, p.max_new_tokens, prompt_format)
             model.train()
             log({"pretrain/val_accuracy": acc["accuracy"]}, step)
             shown["acc"] = acc["accuracy"]
         progress.update(step, shown, force=shown["acc"] is not None)
-        if step % p["ckpt_every"] == 0 and step < total_steps:
+        if step % p.ckpt_every == 0 and step < total_steps:
             save_ckpt()
     if job.max_steps and step < total_steps:
         progress.close()
@@ -436,7 +371,7 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
             tracker.end("KILLED")
         return {"stopped_at": step}
     model.eval()
-    acc = heldout_accuracy(model, tok, job.task, val[: p["eval_size"]], fmt, p["max_new_tokens"], prompt_format)
+    acc = heldout_accuracy(model, tok, job.task, val[: p.eval_size], fmt, p.max_new_tokens, prompt_format)
     log({"pretrain/val_accuracy": acc["accuracy"]}, step)
     progress.update(step, {**progress.metrics, "acc": acc["accuracy"]}, force=True)
     progress.close()
@@ -452,7 +387,9 @@ def run_pretraining(preset: Preset, p: dict[str, Any], job: PretrainJob) -> dict
         "params_total": sum(q.numel() for q in model.parameters()),
         "format": fmt,
     }
-    save_checkpoint(model, tok, out, meta={"tokenizer_fingerprint": fp, "task": job.task, "format": fmt, "pretrain": p})
+    save_checkpoint(
+        model, tok, out, meta={"tokenizer_fingerprint": fp, "task": job.task, "format": fmt, "pretrain": p.to_dict()}
+    )
     if tracker:
         tracker.log_metrics({"pretrain/wall_time_s": wall}, step)
         tracker.end("FINISHED")

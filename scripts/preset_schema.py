@@ -1,10 +1,11 @@
-"""Write the generated `$defs` of workflow/schemas/preset.schema.yaml (the `rl` sections from
-rspo/config.py's dataclasses, the `eval` sections from rspo/eval_config.py's, the `countdown`
-generator's from rspo.data.countdown.CountdownConfig: their types, constraints and docstrings,
+"""Write workflow/schemas/preset.schema.yaml, whole, from the dataclasses of the preset's sections
+(rspo.study_config.preset_schema: the study-level sections of rspo/study_config.py, the `rl`
+sections of rspo/config.py, the `eval` sections of rspo/eval_config.py, the pretraining's of
+rspo/pretrain_config.py, the Countdown generator's; their types, constraints and docstrings,
 rspo.constraints). Run it after changing a setting; tests/test_presets.py runs it with --check and
 fails while the file differs from what this writes.
 
-    python scripts/preset_schema.py           # rewrite the generated block
+    python scripts/preset_schema.py           # rewrite the file
     python scripts/preset_schema.py --check   # exit 1 if it is out of date
 """
 
@@ -12,30 +13,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
-from rspo.config import rl_schema
-from rspo.constraints import section_schema, with_generated_block
+from rspo.constraints import schema_file_text
 from rspo.data.countdown import CountdownConfig
-from rspo.eval_config import eval_schema
+from rspo.study_config import preset_schema
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "preset.schema.yaml"
 
 
-def generated_defs() -> dict[str, dict[str, Any]]:
-    """The ``$defs`` of the schema file that are generated from the dataclasses."""
-    countdown = {
-        "description": "Countdown generator (rspo.data.countdown.CountdownConfig).",
-        **section_schema(CountdownConfig),
-    }
-    return {"rl": rl_schema(), "eval": eval_schema(), "countdown": countdown}
-
-
 def main(argv: list[str]) -> int:
-    text = SCHEMA.read_text(encoding="utf-8")
-    new = with_generated_block(text, generated_defs())
+    new = schema_file_text(preset_schema(CountdownConfig))
     if "--check" in argv:
-        if new != text:
+        if not SCHEMA.is_file() or SCHEMA.read_text(encoding="utf-8") != new:
             print(f"{SCHEMA} is out of date: run python scripts/preset_schema.py", file=sys.stderr)
             return 1
         return 0

@@ -165,7 +165,7 @@ def test_gamma_min_out_of_range_is_one_clear_error(value):
     with pytest.raises(ConfigError, match=r"^gamma_min: must lie in \(0, 1\]"):
         check_gamma_min(value)
     preset = {"rl": {}, "grid": {"gamma_min": {"values": [0.5, value]}}}
-    with pytest.raises(ConfigError, match=r"^grid\.gamma_min\.values: must lie in \(0, 1\]"):
+    with pytest.raises(ConfigError, match=r"^grid\.gamma_min\.values\[1\]: must lie in \(0, 1\]"):
         expand_grid(Preset(preset))
     assert check_gamma_min(1) == 1.0 and check_gamma_min(0.8) == 0.8
 

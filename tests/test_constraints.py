@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rspo import config as rcfg
-from rspo.constraints import field_docs, with_generated_block
+from rspo.constraints import GENERATED, REQUIRED, Section, field_docs, schema_file_text, section_schema, setting
 from rspo.method import ConfigError
 from rspo.plan import validate_preset
 
@@ -105,6 +105,30 @@ def test_field_docs_are_first_sentences():
     assert "clip_high" not in field_docs(rcfg.AlgorithmConfig)  # no docstring, no description
 
 
-def test_the_generated_block_needs_its_marker():
-    with pytest.raises(ValueError, match="no line"):
-        with_generated_block("$defs:\n  rl: {}\n", {"rl": {"type": "object"}})
+@dataclasses.dataclass(frozen=True)
+class _Overlays(Section):
+    name: str = setting(REQUIRED, pattern=r"^[a-z]+$")
+    """A name."""
+    over: dict | None = setting(None, ref="rl")
+    """An overlay of rl."""
+    many: tuple[str, ...] | None = setting(None, choices=("a", "b"), nonempty=True)
+    """Some of a and b."""
+
+
+def test_a_required_key_a_pattern_a_reference_and_an_optional_list():
+    schema = section_schema(_Overlays)
+    assert schema["required"] == ["name"]
+    props = schema["properties"]
+    assert props["name"] == {"type": "string", "pattern": "^[a-z]+$", "description": "A name"}
+    assert props["over"] == {"$ref": "#/$defs/rl", "description": "An overlay of rl"}
+    assert props["many"]["items"] == {"enum": ["a", "b"]} and props["many"]["minItems"] == 1  # unset: absent, not null
+    with pytest.raises(TypeError):
+        _Overlays()  # the required key
+    _Overlays("x", many=("a",)).validate("s")
+    with pytest.raises(ConfigError, match=r"s.name: 'X1' does not match \^\[a-z\]\+\$"):
+        _Overlays("X1").validate("s")
+    with pytest.raises(ConfigError, match=r"s.many: unknown value 'c'"):
+        _Overlays("x", many=("a", "c")).validate("s")
+    with pytest.raises(ConfigError, match=r"s.many: must not be empty"):
+        _Overlays("x", many=()).validate("s")
+    assert schema_file_text({"a": [1, 2]}) == GENERATED + "\na: [1, 2]\n"

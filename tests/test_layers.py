@@ -34,7 +34,16 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     (
         "configuration and the planner (no torch)",
-        ["rspo.constraints", "rspo.config", "rspo.eval_config", "rspo.preset", "rspo.grid", "rspo.plan"],
+        [
+            "rspo.constraints",
+            "rspo.config",
+            "rspo.eval_config",
+            "rspo.pretrain_config",
+            "rspo.study_config",
+            "rspo.preset",
+            "rspo.grid",
+            "rspo.plan",
+        ],
     ),
     ("prompt templates and verifiers", ["rspo.prompts", "rspo.rewards", "rspo.rewards.*"]),
     ("data sets and tokenizers", ["rspo.data", "rspo.data.*", "rspo.tokenizer"]),

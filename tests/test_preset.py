@@ -9,7 +9,9 @@ import yaml
 from rspo.config import ConfigError, DataConfig, RolloutConfig, ScheduleConfig
 from rspo.data.countdown.generator import SPLITS
 from rspo.grid import load_train_config
-from rspo.preset import COUNTDOWN_EVAL_SPLITS, Preset, pretrained_architecture
+from rspo.preset import COUNTDOWN_EVAL_SPLITS, Preset
+from rspo.pretrain_config import ArchConfig, PretrainConfig
+from rspo.study_config import PresetSpec
 from rspo.tracking import experiment_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +51,7 @@ def test_values_are_copies_and_names_fall_back_to_the_file(tmp_path):
     data = yaml.safe_load(SMOKE.read_text())
     p = Preset(data)
     p.rl_section("math")["data"]["task"] = "code"
-    p.pretraining()["model"]["num_experts"] = 999
+    p.section("pretrain")["model"]["num_experts"] = 999
     assert data == yaml.safe_load(SMOKE.read_text())  # nothing a caller changes reaches the preset
     assert set(p.evaluated) == {"countdown", "math", "code"}
     with pytest.raises(ConfigError, match="eval.nothing: unknown evaluation family"):
@@ -63,11 +65,28 @@ def test_values_are_copies_and_names_fall_back_to_the_file(tmp_path):
 
 
 def test_the_architecture_of_a_model_pretrained_here():
-    pre = {"model": {"num_experts": 8, "max_position_embeddings": 256}, "text_model": {"max_position_embeddings": 1024}}
-    assert pretrained_architecture(pre, "countdown") == pre["model"]
-    assert pretrained_architecture(pre, "math") == {"num_experts": 8, "max_position_embeddings": 1024}
+    pre = {"model": {"num_experts": 4, "max_position_embeddings": 256}, "text_model": {"max_position_embeddings": 1024}}
     p = Preset({"preset": "x", "pretrain": pre})
-    assert p.architecture("code") == pretrained_architecture(pre, "code") and Preset({}).architecture("math") == {}
+    assert p.architecture("countdown") == ArchConfig(num_experts=4, max_position_embeddings=256)
+    assert p.architecture("math") == p.architecture("code") == ArchConfig(num_experts=4, max_position_embeddings=1024)
+    assert Preset({}).architecture("math") == ArchConfig() and Preset({}).pretraining() == PretrainConfig()
+    bad = Preset({"preset": "x", "pretrain": {**pre, "text_model": {"top_k": 5}}})
+    with pytest.raises(ConfigError, match=r"pretrain.text_model.top_k: larger than num_experts \(5 > 4\)"):
+        bad.pretraining()
+    with pytest.raises(ConfigError, match=r"pretrain.text_model.experts: unknown key"):
+        Preset({"pretrain": {"text_model": {"experts": 5}}}).architecture("math")
+
+
+def test_settings_the_preset_leaves_out_are_the_sections_defaults():
+    p = Preset({"preset": "x", "resources": {"train": {"gpu": 1}}, "prepare": {"math": {"source": "hub"}}})
+    assert p.seeds == list(PresetSpec.default("seeds")) == [0] and p.threads == PresetSpec.default("threads") == 1
+    assert p.default_families is None and p.mlflow_experiment == ""
+    assert p.resources("train") == {"gpu": 1} and p.resources("data") == {}
+    assert p.prepare_source("math") == "hub" and p.prepare_source("code") == ""
+    with pytest.raises(ConfigError, match=r"resources.train.gpu: must be >= 0, got -1"):
+        Preset({"resources": {"train": {"gpu": -1}}}).resources("train")
+    with pytest.raises(ConfigError, match=r"resources.train.gpus: unknown key"):
+        Preset({"resources": {"train": {"gpus": 1}}}).resources("train")
 
 
 def test_the_mlflow_experiment(monkeypatch):

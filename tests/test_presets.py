@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from rspo import config as rcfg
-from rspo.grid import GRID_KEYS
+from rspo.grid import BEYOND_PAPER_ROWS
 from rspo.plan import Plan, validate_preset
 from rspo.preset import Preset
+from rspo.study_config import GRID_FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = ROOT / "workflow" / "schemas" / "preset.schema.yaml"
@@ -126,25 +127,42 @@ def test_dataclass_defaults_pass_the_schema():
 
 def test_schema_enums_match_library_constants():
     defs = SCHEMA["$defs"]
-    assert tuple(defs["algo"]["enum"]) == rcfg.ALGOS
+    grid = defs["grid"]["properties"]
+    assert tuple(grid["plugin"]["properties"]["algos"]["items"]["enum"]) == rcfg.ALGOS
     for family in ("countdown", "math", "code"):
         assert tuple(defs["eval"]["properties"][family]["properties"]["backend"]["enum"]) == rcfg.BACKENDS
     rl = defs["rl"]["properties"]
     assert tuple(rl["algorithm"]["properties"]["routing"]["enum"]) == rcfg.ROUTING_MODES
     assert tuple(rl["data"]["properties"]["task"]["enum"]) == rcfg.TASKS
-    assert set(SCHEMA["properties"]["grid"]["properties"]) == GRID_KEYS
+    assert tuple(grid) == GRID_FAMILIES
+    modes = set(grid["routing"]["properties"]["modes"]["items"]["enum"])
+    assert modes == set(rcfg.ROUTING_MODES) | set(BEYOND_PAPER_ROWS)  # the paper's controls and the rows beyond it
 
 
 def test_schema_countdown_pretrain_model_keys_match_library():
     from rspo.data.countdown import CountdownConfig
-    from rspo.models import ARCH_KEYS
-    from rspo.pretrain import PRETRAIN_KEYS
+    from rspo.pretrain_config import ArchConfig, PretrainConfig
 
-    props = SCHEMA["properties"]
-    assert props["countdown"] == {"$ref": "#/$defs/countdown"}  # generated from the class (scripts/preset_schema.py)
-    assert set(SCHEMA["$defs"]["countdown"]["properties"]) == {f.name for f in dataclasses.fields(CountdownConfig)}
-    assert set(props["pretrain"]["properties"]) == PRETRAIN_KEYS
-    assert set(props["pretrain"]["properties"]["model"]["properties"]) == ARCH_KEYS
+    props, defs = SCHEMA["properties"], SCHEMA["$defs"]
+    assert props["countdown"]["$ref"] == "#/$defs/countdown"  # generated from the class (scripts/preset_schema.py)
+    assert set(defs["countdown"]["properties"]) == {f.name for f in dataclasses.fields(CountdownConfig)}
+    assert set(props["pretrain"]["properties"]) == {f.name for f in dataclasses.fields(PretrainConfig)}
+    assert props["pretrain"]["properties"]["model"]["$ref"] == props["pretrain"]["properties"]["text_model"]["$ref"]
+    assert set(defs["arch"]["properties"]) == {f.name for f in dataclasses.fields(ArchConfig)}
+
+
+def test_every_reference_of_the_schema_names_one_of_its_defs():
+    def refs(node):
+        if isinstance(node, dict):
+            yield from ([node["$ref"]] if "$ref" in node else [])
+            for v in node.values():
+                yield from refs(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from refs(v)
+
+    found = set(refs(SCHEMA))
+    assert found == {f"#/$defs/{name}" for name in SCHEMA["$defs"]}, found  # every def is used, every ref resolves
 
 
 # ---------------------------------------------------------------------------- bad values name the key
@@ -326,9 +344,9 @@ def test_one_gpu_stack_the_extra_the_env_and_the_vllm_test_venv_pin_alike():
     assert extra == env == venv, (extra, env, venv)
 
 
-def test_the_schema_file_holds_the_rl_sections_generated_from_the_dataclasses():
-    """workflow/schemas/preset.schema.yaml's `$defs/rl` is what scripts/preset_schema.py writes from
-    rspo/config.py (types, constraints, docstrings): run it after changing a setting."""
+def test_the_schema_file_is_generated_whole_from_the_dataclasses():
+    """workflow/schemas/preset.schema.yaml is what scripts/preset_schema.py writes from the sections'
+    dataclasses (types, constraints, docstrings; no hand-written block): run it after changing a setting."""
     import subprocess
     import sys
 

@@ -153,7 +153,7 @@ def model_config(path: str, preset: Preset, task: str, hub_dir: str = "results/h
     arch = preset.architecture(task)
     tok = build_tokenizer()
     config = moe_config(arch, len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
-    return f"pretrained here ({arch.get('arch', 'qwen2_moe')})", config, 4
+    return f"pretrained here ({arch.arch})", config, 4
 
 
 _SHAPES: dict[str, ModelShape] = {}
