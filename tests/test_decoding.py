@@ -30,6 +30,17 @@ def test_settings_reach_the_generator_that_takes_them():
     assert seen == {"max_new_tokens": 99, "top_p": 0.95, "top_k": 20, "seed": 7}
 
 
+def test_the_generators_sampling_is_the_decodings():
+    from rspo.rollout import Sampling
+
+    d = Decoding(temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=99, samples={"aime24": 4}, seed=7)
+    assert d.sampling() == Sampling(temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=99, seed=7)
+    with pytest.raises(ValueError, match="decoding.max_new_tokens: unset"):
+        Decoding().sampling()
+    with pytest.raises(ValueError, match="top_p"):
+        Decoding(top_p=0.0, max_new_tokens=8).sampling()  # checked once, where a Sampling is built
+
+
 def test_a_generator_that_cannot_apply_a_sampling_setting_is_refused():
     def plain(prompts, n, temperature):
         return [["x"] * n for _ in prompts]

@@ -24,7 +24,10 @@ import inspect
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rspo.rollout.base import Sampling
 
 GenerateFn = Callable[..., list[list[str]]]
 OFF: dict[str, float | int] = {"top_p": 1.0, "top_k": 0}  # values that leave the distribution as it is
@@ -60,6 +63,15 @@ class Decoding:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    def sampling(self) -> Sampling:
+        """The generator's sampling (rspo.rollout.Sampling: the same temperature, top-p, top-k, budget
+        and seed; checked when built); the samples per benchmark stay here."""
+        if self.max_new_tokens is None:
+            raise ValueError("decoding.max_new_tokens: unset; a generator built for it needs a budget")
+        from rspo.rollout.base import Sampling  # torch: reading and checking settings does without it
+
+        return Sampling(self.temperature, self.top_p, self.top_k, self.max_new_tokens, self.seed)
 
     def requested(self, benchmark: str) -> int:
         return int(self.samples.get(benchmark, self.n))

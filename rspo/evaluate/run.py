@@ -27,7 +27,7 @@ ends with a line that carries its accuracy (``acc``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ def evaluate_countdown(
     progress: PhaseProgress | None = None,
 ) -> dict[str, Any]:
     from rspo.data.countdown import load_split
-    from rspo.rollout import load_generator
+    from rspo.rollout import EVAL_SAMPLING, load_generator
     from rspo.tasks import get_task, reason_counts
 
     task = get_task("countdown", prompt_format)
@@ -141,7 +141,7 @@ def evaluate_countdown(
     gen = load_generator(
         model_dir,
         engine.backend,
-        max_new_tokens=settings.max_new_tokens,
+        sampling=replace(EVAL_SAMPLING, max_new_tokens=settings.max_new_tokens),
         dtype=engine.dtype,
         device=engine.device,
         progress=progress.advance if progress else None,
@@ -199,10 +199,7 @@ def evaluate_suite(
     gen = load_generator(
         model,
         engine.backend,
-        max_new_tokens=decoding.max_new_tokens,
-        top_p=decoding.top_p,
-        top_k=decoding.top_k,
-        seed=decoding.seed,
+        sampling=decoding.sampling(),
         dtype=engine.dtype,
         device=engine.device,
         progress=progress.advance,

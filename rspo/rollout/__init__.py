@@ -12,8 +12,9 @@ rspo.losses), never as the old policy.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
-from rspo.rollout.base import RolloutBackend, RolloutBatch, Sampling, check_sampling
+from rspo.rollout.base import RolloutBackend, RolloutBatch, Sampling
 
 __all__ = ["RolloutBatch", "RolloutBackend", "Sampling", "generate_chunks", "load_generator", "make_backend"]
 
@@ -41,51 +42,49 @@ def generate_chunks(
         yield start, backend.generate(prompts[start : start + step], n, sampling, row_offset=row_offset + start * n)
 
 
+EVAL_SAMPLING = Sampling(temperature=0.0, max_new_tokens=512)  # an evaluation generator's defaults: greedy, 512 tokens
+
+
 def load_generator(
     model_dir: str,
     backend: str = "hf",
     *,
-    max_new_tokens: int = 512,
-    top_p: float = 1.0,
-    top_k: int = 0,
+    sampling: Sampling = EVAL_SAMPLING,
     dtype: str = "float32",
     device: str = "auto",
     batch_size: int = 64,
-    seed: int = 0,
     progress: Callable[[int], None] | None = None,
     engine_options: dict | None = None,
 ) -> Callable[..., list[list[str]]]:
     """A ``generate_fn(prompts, n, temperature, *, max_new_tokens, top_p, top_k, seed)
-    -> list[list[str]]`` for evaluation suites; the keywords default to the ones given here.
+    -> list[list[str]]`` for evaluation suites; what a call leaves out is ``sampling``'s.
 
     The model is loaded in ``dtype`` (the preset's: evaluate what was trained, in its precision).
     vLLM gets every prompt of a call at once and schedules them itself (continuous batching); the
     hf backend decodes ``batch_size`` rows at a time. Seeds: a call given ``seed`` uses it; else call
-    k of the generator uses ``seed * 1_000_003 + k``. Each prompt's rows are seeded by their index
-    in the call, so the samples do not depend on how the hf backend chunks a call. ``progress(k)``
+    k of the generator uses ``sampling.seed * 1_000_003 + k``. Each prompt's rows are seeded by their
+    index in the call, so the samples do not depend on how the hf backend chunks a call. ``progress(k)``
     is called after each batch with the number of prompts it answered. ``generate_fn.settings``
     records what was used (backend, dtype, the default budget and sampling, seeding, batching) and
     ``generate_fn.tokenizer`` is the checkpoint's tokenizer (its chat template renders prompts)."""
     from rspo.hub import resolve_model
     from rspo.models import load_model, load_tokenizer_checked
 
-    check_sampling(top_p, top_k)
     model_dir = resolve_model(model_dir)
     tokenizer = load_tokenizer_checked(model_dir)
     model = load_model(model_dir, dtype=dtype, device=device) if backend == "hf" else None
     engine_options = dict(engine_options or {})
     engine = (
-        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=seed, **engine_options)
+        make_backend(backend, model, tokenizer, model_path=model_dir, dtype=dtype, seed=sampling.seed, **engine_options)
         if backend == "vllm"
         else make_backend("hf", model, tokenizer)
     )
     calls = {"k": 0}
-    defaults = {"max_new_tokens": max_new_tokens, "top_p": top_p, "top_k": top_k}
 
     def generate_fn(
         prompts: list[str],
         n: int = 1,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         *,
         max_new_tokens: int | None = None,
         top_p: float | None = None,
@@ -93,13 +92,15 @@ def load_generator(
         seed: int | None = None,
     ) -> list[list[str]]:
         calls["k"] += 1
-        call_seed = seed if seed is not None else generate_fn.settings["seed"] * 1_000_003 + calls["k"]
-        given = {"max_new_tokens": max_new_tokens, "top_p": top_p, "top_k": top_k}
-        kw = {k: (defaults[k] if v is None else v) for k, v in given.items()}
-        sampling = Sampling(temperature=temperature, seed=call_seed, **kw)
+        given = {"temperature": temperature, "max_new_tokens": max_new_tokens, "top_p": top_p, "top_k": top_k}
+        call = replace(
+            sampling,
+            seed=seed if seed is not None else sampling.seed * 1_000_003 + calls["k"],
+            **{k: v for k, v in given.items() if v is not None},
+        )
         per = len(prompts) if backend == "vllm" else max(1, batch_size // max(n, 1))
         out: list[list[str]] = []
-        for _, batch in generate_chunks(engine, prompts, n, per, sampling):
+        for _, batch in generate_chunks(engine, prompts, n, per, call):
             rows = len(batch.responses) // n
             out += [batch.responses[i * n : (i + 1) * n] for i in range(rows)]
             if progress is not None:
@@ -109,10 +110,10 @@ def load_generator(
     generate_fn.settings = {
         "backend": backend,
         "dtype": dtype,
-        "max_new_tokens": max_new_tokens,
-        "top_p": top_p,
-        "top_k": top_k,
-        "seed": seed,
+        "max_new_tokens": sampling.max_new_tokens,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "seed": sampling.seed,
         "seeding": "a call's seed, else seed * 1000003 + call number; row i of a call: row_seed(call seed, i)",
         "batching": "every prompt of a call at once" if backend == "vllm" else f"{batch_size} rows at a time",
         "tensor_parallel_size": int(engine_options.get("tensor_parallel_size", 1)) if backend == "vllm" else 1,
