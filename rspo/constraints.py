@@ -1,8 +1,8 @@
 """A setting's constraints, stated once: on its dataclass field (``setting``), read both by the check
 that runs when a config is built (``check_fields``) and by the JSON schema of the preset file
-(``section_schema``: the ``rl`` and ``eval`` sections of workflow/schemas/preset.schema.yaml are
-generated from the dataclasses of rspo/config.py and rspo/eval_config.py, ``scripts/preset_schema.py``
-writes them and a test compares).
+(``section_schema``: workflow/schemas/preset.schema.yaml is generated whole from the sections'
+dataclasses, ``rspo.study_config.preset_schema``; ``scripts/preset_schema.py`` writes it and a test
+compares).
 
 A constraint is a bound (``ge``, ``gt``, ``le``, ``lt``; on each item of a tuple), a set of
 ``choices`` (of each item of a list: ``tuple[str, ...]``), ``nonempty`` for a string or a list, or a

@@ -125,14 +125,10 @@ class PretrainConfig(Section):
         longer, `text_model` on top."""
         if task == "countdown" or not self.text_model:
             return self.model
-        return build_arch({**_set_fields(self.model), **self.text_model}, "pretrain.text_model")
+        return build_arch({**dataclasses.asdict(self.model), **self.text_model}, "pretrain.text_model")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _set_fields(section: Any) -> dict[str, Any]:
-    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
 
 
 def build_arch(data: dict[str, Any] | ArchConfig | None, prefix: str = "pretrain.model") -> ArchConfig:
