@@ -451,8 +451,23 @@ def build_section(cls: type, data: dict[str, Any] | None, prefix: str) -> Any:
             raise ConfigError(why)
     if unknown:
         raise _err(f"{prefix}.{unknown[0]}", f"unknown key; valid keys are {sorted(names)}")
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data
+    ]
+    if missing:
+        raise _err(f"{prefix}.{missing[0]}", "required")
     kwargs = {k: check_type(f"{prefix}.{k}", v, hints[k]) for k, v in data.items()}
     return cls(**kwargs)
+
+
+def build_checked(cls: type, data: dict[str, Any] | None, prefix: str) -> Any:
+    """A section (rspo.constraints.Section) built from a preset's mapping, then checked: its fields'
+    constraints and its own cross-field checks; a ConfigError names the key."""
+    section = build_section(cls, data, prefix)
+    section.validate(prefix)
+    return section
 
 
 def train_config_from_dict(rl: dict[str, Any], *, seed: int = 0, preset: str = "", run_name: str = "") -> TrainConfig:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rspo.config import BACKENDS, TEMPLATES, ConfigError, build_section
+from rspo.config import BACKENDS, TEMPLATES, ConfigError, build_checked
 from rspo.constraints import Section, section_schema, setting
 
 __all__ = [
@@ -166,9 +166,7 @@ def build_eval(family: str, data: dict[str, Any] | None, overrides: dict[str, An
     checked; a ConfigError names the key (``eval.math.top_p: must lie in (0, 1], got 2``)."""
     if family not in EVAL_SECTIONS:
         raise ConfigError(f"eval.{family}: unknown evaluation family; choose one of {list(EVAL_SECTIONS)}")
-    section = build_section(EVAL_SECTIONS[family], {**(data or {}), **(overrides or {})}, f"eval.{family}")
-    section.validate(f"eval.{family}")
-    return section
+    return build_checked(EVAL_SECTIONS[family], {**(data or {}), **(overrides or {})}, f"eval.{family}")
 
 
 def eval_schema() -> dict[str, Any]:

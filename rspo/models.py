@@ -1,4 +1,4 @@
-"""MoE causal LMs: build from a preset's architecture mapping, load/save checkpoints, log-probs.
+"""MoE causal LMs: build from an architecture (a preset's `pretrain.model`), load/save checkpoints, log-probs.
 
 The small-scale setting of the paper is a Qwen2.5-MoE-style model (12 layers, 8 experts, top-1)
 pretrained from scratch on Countdown (Appendix A). ``build_model`` makes such a model from an

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import ConfigError, TrainConfig, build_section
+from rspo.config import ConfigError, TrainConfig, build_checked
 from rspo.eval_config import COUNTDOWN_EVAL_SPLITS, build_eval
 from rspo.pretrain_config import ArchConfig, PretrainConfig, build_pretrain
 from rspo.study_config import Mlflow, Prepare, PresetSpec, Resources
@@ -127,9 +127,7 @@ class Preset:
 
     def _typed(self, name: str, cls: type) -> Any:
         """The top-level section ``name`` as its dataclass ``cls`` (defaults where unset), checked."""
-        section = build_section(cls, copy.deepcopy(self.data.get(name)), name)
-        section.validate(name)
-        return section
+        return build_checked(cls, copy.deepcopy(self.data.get(name)), name)
 
     # --------------------------------------------------------------------- training
 

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rspo.config import PROMPT_FORMATS, build_section
+from rspo.config import PROMPT_FORMATS, build_checked
 from rspo.constraints import Section, setting
 from rspo.method import ConfigError
 
@@ -136,13 +136,9 @@ def build_arch(data: dict[str, Any] | ArchConfig | None, prefix: str = "pretrain
     ConfigError names the key."""
     if isinstance(data, ArchConfig):
         return data
-    arch = build_section(ArchConfig, data, prefix)
-    arch.validate(prefix)
-    return arch
+    return build_checked(ArchConfig, data, prefix)
 
 
 def build_pretrain(data: dict[str, Any] | None) -> PretrainConfig:
     """The typed ``pretrain:`` section (defaults where the preset sets none), checked."""
-    cfg = build_section(PretrainConfig, data, "pretrain")
-    cfg.validate("pretrain")
-    return cfg
+    return build_checked(PretrainConfig, data, "pretrain")

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from rspo.config import build_section, rl_schema
+from rspo.config import build_checked, rl_schema
 from rspo.constraints import REQUIRED, Section, section_schema, setting
 from rspo.eval_config import eval_schema
 from rspo.method import ALGOS, ConfigError
@@ -130,9 +130,7 @@ _GRID_FAMILY_CLASSES = {
 
 def grid_family(name: str, data: dict[str, Any] | None, prefix: str = "grid") -> Any:
     """The typed settings of one grid family (its defaults where the mapping sets none), checked."""
-    section = build_section(_GRID_FAMILY_CLASSES[name], data, f"{prefix}.{name}")
-    section.validate(f"{prefix}.{name}")
-    return section
+    return build_checked(_GRID_FAMILY_CLASSES[name], data, f"{prefix}.{name}")
 
 
 @dataclass(frozen=True)
@@ -164,12 +162,7 @@ def build_regime(name: str, data: Any) -> Regime:
     """The typed `<name>:` regime section, checked (a ConfigError names the key)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: expected a mapping with `rl` (an overlay of the rl section) and `families`")
-    for key in ("rl", "families"):
-        if key not in data:
-            raise ConfigError(f"{name}.{key}: required")
-    regime = build_section(Regime, data, name)
-    regime.validate(name)
-    return regime
+    return build_checked(Regime, data, name)
 
 
 # ----------------------------------------------------------------------------- data, tracking, jobs
