@@ -26,9 +26,14 @@ largest value measured in that phase over the current step; ``step_metrics()`` r
   (``max_memory_allocated`` / ``max_memory_reserved`` after ``reset_peak_memory_stats`` at its
   start), the driver's used memory at its end (``mem_get_info``: total - free, which includes what
   NCCL, vLLM's memory pool and the CUDA context hold outside torch's allocator), and the phase's
-  estimated device peak, ``peak_gib`` = driver used at its end + (peak reserved - reserved at its
-  end), the driver's view plus the transient peak above what is still reserved: the number to
-  compare with the plan's total. Not peak reserved + (driver used - reserved): under vLLM's level-2
+  estimated device peak, ``peak_gib``, the number to compare with the plan's total: the larger of
+  driver used at its start + (peak reserved - reserved at its start) and driver used at its end +
+  (peak reserved - the larger of the reservations at its start and end), the driver's view plus the
+  transient peak above what was reserved. Bytes torch gave back inside the phase are not added to
+  the end's view: vLLM's ``wake_up`` empties torch's cache before it maps its own memory, so the
+  sync's gathered layers (about 2.3 GiB per rank of paper_large_math) left before the KV cache came
+  (the earlier reading, driver at the end + (peak reserved - reserved at the end), counted them
+  twice at kv_wake, sync and engine_start). Not peak reserved + (driver used - reserved): under vLLM's level-2
   sleep the engine's tensors and their reservation stay in torch's counters while their pages are
   unmapped (about 23.8 GiB per rank of paper_large_math), so that reading counted a sleeping engine
   as awake and cried "over plan" in every phase between rollout and sync;
@@ -185,6 +190,8 @@ class CudaMemory(PhaseMemory):
 
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        self._start = (total - free, torch.cuda.memory_reserved(self.device))
 
     def _exit(self, name: str) -> dict[str, float]:
         import torch
@@ -194,12 +201,18 @@ class CudaMemory(PhaseMemory):
         reserved_now = torch.cuda.memory_reserved(self.device)
         peak_reserved = torch.cuda.max_memory_reserved(self.device)
         driver = total - free  # what is mapped now, torch's or not (context, NCCL, an awake engine)
-        transient = max(0, peak_reserved - reserved_now)  # reserved during the phase, released by its end
+        driver_start, reserved_start = self._start
+        # the transient above the start, with what lay outside torch then; and the end's view plus the
+        # transient above both the start's and the end's reservation: bytes torch released inside the
+        # phase (vLLM's wake empties torch's cache before it maps) never coexisted with what was
+        # mapped after them, so they are not added to the end's view
+        from_start = driver_start + max(0, peak_reserved - reserved_start)
+        at_end = driver + max(0, peak_reserved - max(reserved_start, reserved_now))
         return {
             "allocated_gib": torch.cuda.max_memory_allocated(self.device) / GIB,
             "reserved_gib": peak_reserved / GIB,
             "driver_used_gib": driver / GIB,
-            "peak_gib": (driver + transient) / GIB,
+            "peak_gib": max(from_start, at_end) / GIB,
         }
 
 

@@ -119,22 +119,30 @@ def test_an_evaluation_engine_spans_the_jobs_gpus():
 
 
 class _Allocator:
-    """torch.cuda.memory._set_allocator_settings, recorded: the job starts with expandable segments on."""
+    """torch's allocator settings, recorded (what ``torch._C._accelerator_setAllocatorSettings`` was
+    given, and its getter): the job starts with expandable segments on and a second option."""
+
+    START = "expandable_segments:True,max_split_size_mb:512"
 
     def __init__(self):
-        self.expandable, self.calls = True, []
+        self.settings, self.calls = self.START, []
 
     def __call__(self, settings: str):
         self.calls.append(settings)
-        self.expandable = settings.endswith("True")
+        self.settings = settings
+
+    @property
+    def expandable(self) -> bool:
+        return "expandable_segments:True" in self.settings
 
 
 @pytest.fixture
 def cuda_allocator(monkeypatch):
     allocator = _Allocator()
-    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", _Allocator.START)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", allocator)
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", allocator)
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings", lambda: allocator.settings)
     return allocator
 
 
@@ -183,7 +191,7 @@ def test_the_engine_allocates_with_expandable_segments_off_and_training_gets_the
     backend.wake_kv()  # the sync's second stage without its first: only the KV cache wakes
     backend.sleeper.wake()
     assert cuda_allocator.expandable and seen == ["build", "sleep2", "wake kv_cache", "wake weights"]
-    assert cuda_allocator.calls == ["expandable_segments:False", "expandable_segments:True"] * 4
+    assert cuda_allocator.calls == ["max_split_size_mb:512,expandable_segments:False", _Allocator.START] * 4
 
 
 def test_a_job_without_expandable_segments_is_left_as_it_is(monkeypatch):
@@ -192,7 +200,40 @@ def test_a_job_without_expandable_segments_is_left_as_it_is(monkeypatch):
     calls = []
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", calls.append)
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings", lambda: "max_split_size_mb:512")
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append)
     with engine_allocator():
         pass
     assert calls == []
+
+
+def test_the_toggle_changes_only_expandable_segments_and_restores_the_exact_settings(monkeypatch):
+    """On the CPU build's own allocator-settings API (torch 2.13 keeps the string there too): the
+    site's other options survive the engine's build, and the string after is the one before; no
+    FutureWarning from the deprecated torch.cuda.memory._set_allocator_settings."""
+    import warnings
+
+    from rspo.rollout.colocate import allocator_settings, engine_allocator, set_allocator_settings
+
+    site = "expandable_segments:True,max_split_size_mb:512,garbage_collection_threshold:0.6"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    before = allocator_settings()
+    set_allocator_settings(site)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            with engine_allocator():
+                inside = torch._C._accelerator_getAllocatorSettings()
+        assert inside == "max_split_size_mb:512,garbage_collection_threshold:0.6,expandable_segments:False"
+        assert torch._C._accelerator_getAllocatorSettings() == site
+    finally:
+        set_allocator_settings(before)
+
+
+def test_the_settings_string_is_read_as_torch_reads_it():
+    from rspo.rollout.colocate import _expandable, with_expandable
+
+    assert _expandable("expandable_segments:True") and _expandable("max_split_size_mb:64, expandable_segments : true")
+    assert not _expandable("") and not _expandable("expandable_segments:True,expandable_segments:False")
+    assert with_expandable("", False) == "expandable_segments:False"
+    assert with_expandable("a:1,expandable_segments:True,b:2", False) == "a:1,b:2,expandable_segments:False"

@@ -98,3 +98,43 @@ def test_a_sleeping_engines_reservation_is_not_read_as_memory_in_use(monkeypatch
     with mem.phase("rollout"):
         pass
     assert mem.step_metrics()["memory/rollout/peak_gib"] == 45 + (50 - 40)
+
+
+def test_bytes_torch_releases_inside_a_phase_are_not_counted_with_what_is_mapped_after(monkeypatch):
+    """A KV wake as vLLM 0.32 runs it, scripted: at the phase's start torch reserves 12 GiB (the sync's
+    gathered layers among them) and the driver sees 20; vLLM's wake empties torch's cache (reserved
+    12 -> 4, driver 20 -> 12) and then maps its KV cache outside torch's counters (driver 12 -> 36).
+    The device never held more than 36 GiB; the earlier reading, driver at the end + (peak reserved -
+    reserved at the end), said 44. Preflight's "measured" reads the same value."""
+    import torch
+
+    from rspo.gpu_memory.preflight import _measured
+    from rspo.phase_memory import GIB, CudaMemory
+
+    total = 80 * GIB
+    stats = {"used": 20 * GIB, "reserved": 12 * GIB, "peak_reserved": 12 * GIB}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: stats.update(peak_reserved=stats["reserved"]))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - stats["used"], total))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: stats["reserved"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: stats["peak_reserved"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 10 * GIB)
+    mem = CudaMemory(torch.device("cuda", 0))
+    with mem.phase("kv_wake"):
+        stats.update(reserved=4 * GIB, used=12 * GIB)  # torch's cache emptied
+        stats.update(used=36 * GIB)  # the KV cache mapped
+    truth = 36.0
+    assert abs(mem.current["kv_wake"]["peak_gib"] - truth) <= 0.01 * truth
+    mem.step_metrics()
+    assert abs(_measured(mem)["kv_wake"] - truth) <= 0.01 * truth
+    # a transient inside the phase after the release still counts: 4 -> 13 -> 4 GiB reserved, the
+    # driver at 12 + 9 = 21 for a moment, 12 at the end
+    stats.update(used=12 * GIB, reserved=4 * GIB)
+    with mem.phase("update"):
+        stats.update(peak_reserved=13 * GIB)
+    assert mem.current["update"]["peak_gib"] == 21.0
+    # and one above the start's reservation, freed by the end, with nothing released: as before
+    stats.update(used=20 * GIB, reserved=12 * GIB)
+    with mem.phase("sync"):
+        stats.update(peak_reserved=15 * GIB)
+    assert mem.current["sync"]["peak_gib"] == 23.0

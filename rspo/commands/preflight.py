@@ -94,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         + f"), run {result['run_h_estimate']} h; "
         f"{verdict} ({result['margin_gib']} GiB to spare of {result['limit_gib']})"
     )
+    if result.get("update_mfu"):
+        m = result["update_mfu"]
+        print(
+            f"  update at {result['layers']} layers: {m['update_tflops']:.3g} TFLOP/s of model FLOPs per GPU, "
+            f"MFU {m['update_mfu']:.1%} of the dense bf16 peak"
+        )
     gate = result["parity"]
     if gate["k3_kl"] is None:
         print("  parity: the engine reported no log-probs; nothing to compare")

@@ -69,7 +69,7 @@ GIB = 2**30
 GPUS: dict[str, float] = {
     "h100-80gb": 79.19,  # H100 SXM5 80GB: torch.cuda.mem_get_info total (nvidia-smi 81,559 MiB)
     "a100-80gb": 80.0,  # 81,920 MiB (A100 SXM4 80GB)
-    "h200-141gb": 140.4,  # 143,771 MiB (H200 141GB)
+    "h200-141gb": 139.8,  # H200 141GB: torch.cuda total_memory on a lent H200 (nvidia-smi 143,771 MiB)
 }
 # Measured on the trainer's step on fake tensors (rspo.gpu_memory.simulate; Qwen3-30B-A3B layers over
 # 8 ranks, bf16 over fp32 master weights; docs/cluster.md):

@@ -43,7 +43,9 @@ Exit status of ``rspo preflight``: 0 when the step ran (the memory verdict is pr
 The last line is JSON: ``{"preset", "device", "engine", "layers", "fits", "measured": {phase: GiB},
 "planned": {phase: GiB}, "margin_gib", "train_s_estimate", "rollout_s_floor", "step_s_estimate",
 "run_h_estimate", "parity": {"k3_kl",
-"routing_agreement", "threshold", "ok"}}``.
+"routing_agreement", "threshold", "ok"}, "update_mfu": {"update_tflops", "update_mfu"} or null}``. The update's
+model-FLOPs utilisation is the second step's update at the cut depth (rspo.gpu_memory.flops: model
+FLOPs of the tokens its updates processed over its time, against the GPU's dense bf16 peak).
 """
 
 from __future__ import annotations
@@ -125,6 +127,11 @@ def run_stage(stage: str, args) -> None:
         "measured": _measured(trainer.memory),
         "seconds": trainer.memory.last_seconds,
         "parity": {k: metrics[k] for k in PARITY_KEYS if k in metrics},
+        # what this rank's updates processed, for the update's model-FLOPs utilisation
+        "update_tokens": metrics.get("perf/update_tokens_per_s", 0.0) * metrics.get("perf/update_s", 0.0),
+        "update_rows": cfg.schedule.prompts_per_step * cfg.rollout.group_size * cfg.schedule.ppo_epochs
+        / max(1, trainer.dist.world_size),
+        "update_s": metrics.get("perf/update_s", 0.0),
     }
     (out / f"{stage}.rank{trainer.dist.rank}.json").write_text(json.dumps(report))
     trainer.dist.barrier()
@@ -191,6 +198,7 @@ def report(args, world: int) -> dict[str, Any]:
     import psutil
 
     from rspo.config import load_preset
+    from rspo.gpu_memory.flops import update_mfu
     from rspo.gpu_memory.plan import plan_run, preset_setup
     from rspo.gpu_memory.rollout_time import rollout_time
     from rspo.gpu_memory.shape import dtype_bytes, shape_from_config
@@ -219,7 +227,7 @@ def report(args, world: int) -> dict[str, Any]:
         return {ph.name: ph.total / GIB for ph in run_plan.phases}, cfg, config, run_plan
 
     full, cfg, config, full_plan = plan(0)
-    cut, _, _, _ = plan(args.layers)
+    cut, _, cut_config, _ = plan(args.layers)
     measured = {ph: round(v + full.get(ph, 0.0) - cut.get(ph, 0.0), 2) for ph, v in measured_cut.items()}
     full_layers = int(config.num_hidden_layers)
     scale = full_layers / max(1, args.layers)
@@ -229,6 +237,11 @@ def report(args, world: int) -> dict[str, Any]:
     rollout_s = floor.seconds if floor is not None and math.isfinite(floor.seconds) else None
     step_s = train_s + (rollout_s or 0.0)
     peak = max(measured.values())
+    mfu = None
+    if device == "cuda" and stages[1].get("update_tokens"):  # the second step's: its kernels warm
+        st = stages[1]
+        cut_shape = shape_from_config("cut", cut_config, 2)
+        mfu = update_mfu(cut_shape, st["update_tokens"], st["update_rows"], st["update_s"], gpu_named(device_name, gpu_gib))
     return {
         "preset": Preset.load(args.preset).name,
         "device": device,
@@ -247,6 +260,9 @@ def report(args, world: int) -> dict[str, Any]:
         "run_h_estimate": round(step_s * cfg.schedule.total_steps / 3600, 1),
         "world_size": world,
         "parity": parity([st.get("parity", {}) for st in stages]),
+        # the second step's update at the cut depth: model FLOPs per second and their share of the
+        # GPU's dense bf16 peak (rspo.gpu_memory.flops); None on a CPU or an unknown GPU
+        "update_mfu": mfu,
     }
 
 

@@ -64,23 +64,53 @@ SLEEP_LEVEL = 2  # discard weights and KV cache (level 1 would keep the weights 
 WAKE_TAGS = ("weights", "kv_cache")  # vLLM's tags of wake_up, in the order a sync wakes them
 
 
-def _expandable_in_environment() -> bool:
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
-    return "expandable_segments:true" in conf.replace(" ", "").lower()
+def allocator_settings() -> str:
+    """The caching allocator's settings string now (``PYTORCH_CUDA_ALLOC_CONF`` as torch parsed it, or
+    as last set). torch 2.13's own getter; the environment where a torch has none."""
+    get = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+    now = get() if get is not None else ""
+    return now or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF", "")
+
+
+def set_allocator_settings(settings: str) -> None:
+    """Write the whole settings string through torch 2.13's accelerator API
+    (``torch.cuda.memory._set_allocator_settings`` is deprecated there and calls it)."""
+    put = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if put is None:  # an older torch
+        put = torch.cuda.memory._set_allocator_settings
+    put(settings)
+
+
+def with_expandable(settings: str, on: bool) -> str:
+    """``settings`` with ``expandable_segments`` set to ``on`` and every other option kept as written
+    (torch re-parses the whole string at each write, so an option left out of it is reset)."""
+    items = [kv.strip() for kv in settings.split(",") if kv.strip()]
+    rest = [kv for kv in items if kv.split(":", 1)[0].strip() != "expandable_segments"]
+    return ",".join([*rest, f"expandable_segments:{on}"])
+
+
+def _expandable(settings: str) -> bool:
+    """Whether ``settings`` turns expandable segments on (the last mention wins, as torch parses it)."""
+    values = [kv.partition(":")[2] for kv in settings.replace(" ", "").lower().split(",")]
+    keys = [kv.partition(":")[0] for kv in settings.replace(" ", "").lower().split(",")]
+    on = [v == "true" for k, v in zip(keys, values, strict=True) if k == "expandable_segments"]
+    return bool(on) and on[-1]
 
 
 @contextlib.contextmanager
 def engine_allocator() -> Iterator[None]:
-    """Expandable segments off while the engine allocates (see the module docstring), back on after
-    when the job's allocator settings had them on; nothing without CUDA."""
-    if not torch.cuda.is_available() or not _expandable_in_environment():
+    """Expandable segments off while the engine allocates (see the module docstring), and the job's
+    exact settings string back after (its other options, ``max_split_size_mb`` say, kept throughout);
+    nothing without CUDA or where they are off already."""
+    before = allocator_settings() if torch.cuda.is_available() else ""
+    if not _expandable(before):
         yield
         return
-    torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+    set_allocator_settings(with_expandable(before, False))
     try:
         yield
     finally:
-        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+        set_allocator_settings(before)
 
 
 def check_tensor_parallel(tp: int, dist: Dist, backend: str) -> None:
