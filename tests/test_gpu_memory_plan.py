@@ -75,6 +75,11 @@ def test_the_paper_step_holds_no_gradient_beside_the_engine_and_counts_what_torc
     assert terms["evaluation"]["vLLM CUDA graph pool (in the engine's share)"].bytes == 0
     assert terms["update"]["vLLM CUDA graph pool (offloaded)"].bytes == 0
     assert terms["sync"]["vLLM CUDA graph pool (woken with the weights)"].bytes == MP.CUDA_GRAPH_GIB * MP.GIB
+    # ... and while it sleeps, vLLM's pinned host copies of its runtime and graph tags, every rank of the node
+    host = {ph.name: {t.name: t.bytes for t in ph.host} for ph in plan.phases}
+    asleep = {n for n, t in host.items() if "vLLM's sleep copies (node)" in t}
+    assert asleep == {"old_pass", "update", "optimizer_step"}
+    assert host["update"]["vLLM's sleep copies (node)"] == 8 * MP.SLEEP_HOST_COPY_GIB * MP.GIB
     # a gathered layer streams at the engine's first load (its whole share held) and in the final save
     layer = terms["sync"]["a gathered layer (sync)"].bytes
     assert terms["engine_start"]["a gathered layer (the engine's first load)"].bytes == layer > 0

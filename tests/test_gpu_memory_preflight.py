@@ -36,11 +36,14 @@ def smoke_for_vllm(tmp_path: Path) -> Path:
     return path
 
 
-def preflight(preset: Path, *args: str, python: str = sys.executable) -> dict:
+def preflight(preset: Path, *args: str, python: str = sys.executable, printed: list | None = None) -> dict:
+    """The JSON line; what the command printed goes into ``printed`` when given."""
     cmd = [python, "-m", "rspo", "preflight", "--preset", str(preset), "--set", "rollout.backend=vllm", *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "GiB per phase, measured and scaled to the full depth" in r.stdout
+    if printed is not None:
+        printed.append(r.stdout)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -55,8 +58,13 @@ def check(line: dict, engine: str) -> None:
     __import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed: the real engine runs"
 )
 def test_without_vllm_the_step_runs_on_the_stand_in_engine_and_says_so(tmp_path):
-    line = preflight(smoke_for_vllm(tmp_path))
+    printed: list[str] = []
+    line = preflight(smoke_for_vllm(tmp_path), printed=printed)
     check(line, "stand-in (vLLM is not installed here)")
+    # the stand-in has no log-probs: the parity gate says plainly that it did not run, and what to run
+    assert line["parity"]["checked"] is False and line["parity"]["k3_kl"] is None
+    assert "parity: NOT CHECKED: the stand-in engine decodes nothing" in printed[0]
+    assert "pip install -e '.[gpu]'" in printed[0]
     # the stand-in decodes nothing: the step adds the rollout's floor at an H100's bandwidth (the
     # default --gpu-gib) to the measured training part (the smoke model's floor rounds to 0.0 s)
     assert line["rollout_s_floor"] is not None and line["rollout_s_floor"] >= 0

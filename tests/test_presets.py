@@ -379,14 +379,24 @@ def test_the_documented_gpu_install_resolves_against_the_package_index(tmp_path)
 
     if not _index_reachable():
         pytest.skip("the package index is not reachable from here")
+    import os
+
     report = tmp_path / "report.json"
+    # what a cluster's pip sees: the public index alone, none of this machine's pip configuration (its
+    # local CPU wheels, extra indexes and constraints would resolve the CPU torch set instead)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+    cmd += ["--index-url", "https://pypi.org/simple"]
     r = subprocess.run(
-        [*cmd, "--report", str(report), "-e", f"{ROOT}[gpu]"], capture_output=True, text=True, timeout=900
+        [*cmd, "--report", str(report), "-e", f"{ROOT}[gpu]"], capture_output=True, text=True, timeout=900, env=env
     )
     assert r.returncode == 0, r.stderr[-3000:]
     got = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
-    assert got["vllm"] == "0.32.0" and got["transformers"] == "5.19.0" and got["torch"].startswith("2.13.0")
+    assert got["vllm"] == "0.32.0" and got["transformers"] == "5.19.0" and got["torch"] == "2.13.0"
+    # the CUDA set: torch's CUDA 13 runtime comes with it (a CPU torch has none)
+    cuda = sorted(name for name in got if name.startswith(("nvidia-", "cuda-toolkit")))
+    assert "nvidia-cuda-runtime" in cuda or any(n.startswith("nvidia-cuda-runtime") for n in cuda), cuda
     from packaging.version import Version
 
     assert got["snakemake-executor-plugin-slurm"] == "2.6.1" and Version(got["numpy"]) < Version("2.4")

@@ -59,9 +59,11 @@ def test_the_deadline_is_counted_from_the_jobs_start():
 
     now = time.time()
     assert job_deadline(0.0, 60.0, {"SLURM_JOB_END_TIME": str(int(now + 600))}) == (None, "")  # no limit: none
-    end, src = job_deadline(3600.0, 60.0, {"SLURM_JOB_END_TIME": "2000000000", "SLURM_JOB_START_TIME": "1999996400"})
+    at = 1999996500.0  # 100 s into a one-hour job
+    env = {"SLURM_JOB_END_TIME": "2000000000", "SLURM_JOB_START_TIME": "1999996400"}
+    end, src = job_deadline(3600.0, 60.0, env, now=at)
     assert (end, src) == (2000000000 - 60.0, "SLURM's end time of the job")
-    start, src = job_deadline(3600.0, 60.0, {"SLURM_JOB_START_TIME": "1999996400"})
+    start, src = job_deadline(3600.0, 60.0, {"SLURM_JOB_START_TIME": "1999996400"}, now=at)
     assert (start, src) == (1999996400 + 3600.0 - 60.0, "SLURM's start time of the job")
     proc, src = job_deadline(3600.0, 60.0, {})
     assert src == "the start of the job's process" and proc == job_process_start() + 3540.0
@@ -71,6 +73,31 @@ def test_the_deadline_is_counted_from_the_jobs_start():
     assert tl.remaining_s() < 6 and tl.counted_from == "SLURM's start time of the job"
     tl.record_step(10.0)
     assert tl.must_stop()
+
+
+def test_an_end_or_start_time_that_cannot_be_this_jobs_is_ignored_with_a_warning(caplog):
+    """A stale or foreign SLURM time (an end in the past or beyond now + the limit, a start in the
+    future or more than the limit ago) is not taken as is: one warning line names it, and the next
+    source counts."""
+    import logging
+
+    from rspo.train.time_limit import job_deadline, job_process_start
+
+    at = 1999996500.0
+    cases = [
+        ({"SLURM_JOB_END_TIME": str(int(at - 10)), "SLURM_JOB_START_TIME": "1999996400"}, "in the past", "start time"),
+        ({"SLURM_JOB_END_TIME": str(int(at + 7200))}, "beyond now + the job's limit", "process"),
+        ({"SLURM_JOB_START_TIME": str(int(at + 60))}, "in the future", "process"),
+        ({"SLURM_JOB_START_TIME": str(int(at - 4000))}, "more than the job's limit ago", "process"),
+    ]
+    for env, why, fallback in cases:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rspo.train.time_limit"):
+            deadline, src = job_deadline(3600.0, 60.0, env, now=at)
+        assert len(caplog.records) == 1 and why in caplog.text and "ignored" in caplog.text
+        assert fallback in src
+        if fallback == "process":
+            assert deadline == job_process_start() + 3540.0
 
 
 def _train(assets, out, *launch, env=None, limit_min=0.01):

@@ -57,15 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rspo preflight: {e}", file=sys.stderr)
         return 2
     if cfg.model.device == "cuda":
-        import torch
+        from rspo.gpu_memory.driver import gpu_check
 
-        if not torch.cuda.is_available():
-            print(
-                "rspo preflight: the preset trains on GPUs (model.device: cuda) and this machine has none: "
-                "run it on one GPU node of the cluster",
-                file=sys.stderr,
-            )
+        usable, line = gpu_check()
+        if not usable:
+            print(f"rspo preflight: the preset trains on GPUs (model.device: cuda) and {line}", file=sys.stderr)
             return 2
+        print(f"rspo preflight: {line}", flush=True)
     world = max(1, int(plan.resources("train")["processes"]))
     i = argv.index("--out") if "--out" in argv else len(argv)
     passed = argv[:i] + argv[i + 2 :]  # the stages get their own --out
@@ -101,8 +99,17 @@ def main(argv: list[str] | None = None) -> int:
             f"MFU {m['update_mfu']:.1%} of the dense bf16 peak"
         )
     gate = result["parity"]
-    if gate["k3_kl"] is None:
-        print("  parity: the engine reported no log-probs; nothing to compare")
+    if not gate["checked"]:
+        print(
+            "  parity: NOT CHECKED: "
+            + (
+                "the stand-in engine decodes nothing and has no log-probs (vLLM is not installed here); install "
+                "the GPU stack (pip install -e '.[gpu]') and run this preflight again to compare the engine with "
+                "the trainer"
+                if result["engine"].startswith("stand-in")
+                else f"the {result['engine']} engine reported no log-probs; the engine was not compared with the trainer"
+            )
+        )
     else:
         agree = gate["routing_agreement"]
         print(

@@ -94,6 +94,8 @@ CUDA_GRAPH_GIB = 1.5  # vLLM's CUDA graph pool for decode batch sizes up to 512 
 GRAPHS_IN_SHARE = "inside gpu_memory_utilization (vLLM 0.32 profiles it before sizing the KV cache)"
 FRAGMENTATION = 0.03  # of the tensors' bytes, with expandable_segments:True (verl, torchtitan set it)
 ENGINE_ACTIVATION_GIB = 2.0  # vLLM's own forward activations at its batch size, within its share
+SLEEP_HOST_COPY_GIB = 3.0  # per rank: vLLM 0.32's sleep (any level) copies its "runtime" and "cudagraph"
+# tags to pinned host memory (cumem.py), about 1.5-3 GiB per rank; planned at the upper end
 EVAL_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization: an evaluation engine has the GPUs to itself
 
 
@@ -429,6 +431,14 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
     # the larger of the two saves: the sharded checkpoint (no gather) and, after the last step, the
     # final Hugging Face checkpoint, streamed through the sync's gathers (rspo.train.checkpoint)
     phases["checkpoint_save"].add("a gathered layer (the final checkpoint)", sync_layer, sync_layer_formula)
+    if sleep:  # while the engine sleeps, its runtime buffers and graphs wait in pinned host memory
+        for name in ("old_pass", "update", "optimizer_step"):
+            phases[name].add(
+                "vLLM's sleep copies (node)",
+                per_node * SLEEP_HOST_COPY_GIB * GIB,
+                f"{per_node} ranks x {SLEEP_HOST_COPY_GIB} GiB (allowance: runtime and cudagraph tags, pinned)",
+                host=True,
+            )
     out = list(phases.values())
     short = []
 

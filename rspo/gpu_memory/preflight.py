@@ -43,7 +43,7 @@ Exit status of ``rspo preflight``: 0 when the step ran (the memory verdict is pr
 The last line is JSON: ``{"preset", "device", "engine", "layers", "fits", "measured": {phase: GiB},
 "planned": {phase: GiB}, "margin_gib", "train_s_estimate", "rollout_s_floor", "step_s_estimate",
 "run_h_estimate", "parity": {"k3_kl",
-"routing_agreement", "threshold", "ok"}, "update_mfu": {"update_tflops", "update_mfu"} or null}``. The update's
+"routing_agreement", "threshold", "checked", "ok"}, "update_mfu": {"update_tflops", "update_mfu"} or null}``. The update's
 model-FLOPs utilisation is the second step's update at the cut depth (rspo.gpu_memory.flops: model
 FLOPs of the tokens its updates processed over its time, against the GPU's dense bf16 peak).
 """
@@ -77,6 +77,7 @@ def parity(stage_metrics: list[dict[str, float]]) -> dict[str, Any]:
         "k3_kl": mean_kl,
         "routing_agreement": min(agree) if agree else None,
         "threshold": PARITY_KL,
+        "checked": mean_kl is not None,
         "ok": mean_kl is None or mean_kl <= PARITY_KL,
     }
 

@@ -8,9 +8,11 @@ checkpoint save seen so far; before each step the trainer asks ``must_stop()``: 
 and the save after it would not end before the deadline, it saves a checkpoint and returns, and
 ``rspo train`` exits with ``EXIT_TIME_LIMIT`` (75, sysexits' EX_TEMPFAIL: "try again"). The train
 rule resubmits such a job (Snakemake's ``retries``), and the new job resumes from the checkpoint.
-A signal asks for the same (``watch(signal)``, SIGUSR1: SLURM sends it ahead of the limit with
-``--signal=USR1@<seconds>``). Under torchrun the ranks decide together (one rank's deadline or signal
-stops all of them at the same step boundary): ``must_stop`` is a collective.
+A signal asks for the same (``watch(signal)``, SIGUSR1 sent by hand to a rank's process). SLURM's
+``--signal=USR1@<seconds>`` is not used: it reaches every process of the job step, and torchrun's agent
+and Snakemake's job step have no handler for it (they would die). Under torchrun the ranks decide
+together (one rank's deadline or signal stops all of them at the same step boundary): ``must_stop`` is
+a collective.
 
 The deadline is counted from the job's start, not from the first step (``TimeLimit.for_job``,
 ``job_deadline``): reading the weights, verifying and reading a checkpoint, compiling and capturing
@@ -18,13 +20,20 @@ graphs all come out of the job's limit. Where SLURM exports the job's end time
 (``SLURM_JOB_END_TIME``, SLURM 23.02 and later) the deadline is that less the margin; else its start
 time (``SLURM_JOB_START_TIME``) plus the limit; else the start of the job's process (under torchrun,
 the launcher that started the ranks) plus the limit. ``rspo train`` prints the start-up time.
+SLURM's job-step plugin passes only a few ``SLURM_*`` variables to the inner ``srun``, and a stale
+variable can be inherited: an end time in the past or beyond now + the job's limit, or a start time in
+the future or more than the limit ago, is ignored with a one-line warning naming it, and the next
+source is used.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
+
+log = logging.getLogger(__name__)
 
 EXIT_TIME_LIMIT = 75  # sysexits.h EX_TEMPFAIL
 
@@ -39,16 +48,24 @@ def job_process_start() -> float:
     return (parent or me).create_time()
 
 
-def job_deadline(limit_s: float, margin_s: float, env=None) -> tuple[float | None, str]:
+def job_deadline(limit_s: float, margin_s: float, env=None, now: float | None = None) -> tuple[float | None, str]:
     """(wall-clock deadline, what it was counted from) of a job with a limit of ``limit_s`` seconds
     (0: none) and ``margin_s`` kept free at the end (module docstring)."""
     env = os.environ if env is None else env
+    now = time.time() if now is None else now
     if limit_s <= 0:
         return None, ""
-    if str(env.get("SLURM_JOB_END_TIME", "")).isdigit():
-        return float(env["SLURM_JOB_END_TIME"]) - margin_s, "SLURM's end time of the job"
-    if str(env.get("SLURM_JOB_START_TIME", "")).isdigit():
-        return float(env["SLURM_JOB_START_TIME"]) + limit_s - margin_s, "SLURM's start time of the job"
+    end, start = env.get("SLURM_JOB_END_TIME", ""), env.get("SLURM_JOB_START_TIME", "")
+    if str(end).isdigit():
+        if now < float(end) <= now + limit_s:
+            return float(end) - margin_s, "SLURM's end time of the job"
+        where = "in the past" if float(end) <= now else "beyond now + the job's limit"
+        log.warning("SLURM_JOB_END_TIME=%s is %s (now %d, limit %d s); ignored", end, where, now, limit_s)
+    if str(start).isdigit():
+        if now - limit_s < float(start) <= now:
+            return float(start) + limit_s - margin_s, "SLURM's start time of the job"
+        where = "in the future" if float(start) > now else "more than the job's limit ago"
+        log.warning("SLURM_JOB_START_TIME=%s is %s (now %d, limit %d s); ignored", start, where, now, limit_s)
     return job_process_start() + limit_s - margin_s, "the start of the job's process"
 
 
