@@ -22,8 +22,8 @@ time (``SLURM_JOB_START_TIME``) plus the limit; else the start of the job's proc
 the launcher that started the ranks) plus the limit. ``rspo train`` prints the start-up time.
 SLURM's job-step plugin passes only a few ``SLURM_*`` variables to the inner ``srun``, and a stale
 variable can be inherited: an end time in the past or beyond now + the job's limit, or a start time in
-the future or more than the limit ago, is ignored with a one-line warning naming it, and the next
-source is used.
+the future, is ignored with a one-line warning naming it, and the next source is used (a start time
+more than the limit ago is kept: a start-up that used the whole limit still makes its one step).
 """
 
 from __future__ import annotations
@@ -62,10 +62,9 @@ def job_deadline(limit_s: float, margin_s: float, env=None, now: float | None = 
         where = "in the past" if float(end) <= now else "beyond now + the job's limit"
         log.warning("SLURM_JOB_END_TIME=%s is %s (now %d, limit %d s); ignored", end, where, now, limit_s)
     if str(start).isdigit():
-        if now - limit_s < float(start) <= now:
+        if float(start) <= now:  # a start up to and past the limit ago is a slow start-up: its one step
             return float(start) + limit_s - margin_s, "SLURM's start time of the job"
-        where = "in the future" if float(start) > now else "more than the job's limit ago"
-        log.warning("SLURM_JOB_START_TIME=%s is %s (now %d, limit %d s); ignored", start, where, now, limit_s)
+        log.warning("SLURM_JOB_START_TIME=%s is in the future (now %d); ignored", start, now)
     return job_process_start() + limit_s - margin_s, "the start of the job's process"
 
 

@@ -362,7 +362,13 @@ class Trainer:
         )
         progress.close()
         if self.tracker:
+            self.tracker.set_tag("stopped", "time limit")
+            self.tracker.set_tag("stopped_at_step", self.step)
             self.tracker.end("KILLED")
+        # no rank exits before rank 0 has ended its MLflow run: under torchrun the first rank out with
+        # exit 75 makes the agent SIGTERM the others, which left the run RUNNING when rank 0 was still
+        # inside the tracker's end
+        self.dist.barrier()
         return {**info, "stopped": "time limit", "steps": self.step}
 
     def run(self) -> dict[str, Any]:
