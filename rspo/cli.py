@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "rspo.commands.sweep:main",
     "archive": "rspo.commands.archive:main",
     "fetch-model": "rspo.commands.fetch_model:main",
+    "fetch-data": "rspo.commands.fetch_data:main",
     "plan-memory": "rspo.commands.plan_memory:main",
     "preflight": "rspo.commands.preflight:main",
     "mlflow-init": "rspo.commands.mlflow:init_main",
@@ -50,6 +51,7 @@ commands:
   sweep        run regime-choosing trials from a sweep file and write the trial table
   archive      pack a preset's run files into a checksummed archive, check or unpack one
   fetch-model  fetch a hub model once into a local folder (offline: from the hub cache)
+  fetch-data   fetch a task's hub data (training source, code benchmarks) once into a local folder
   plan-memory  what a preset's runs hold per GPU in each phase, against a GPU's memory
   preflight    a preset's real training step on one node, cut to a few layers, measured per phase
   mlflow-init  create the MLflow store and experiment once, before jobs start

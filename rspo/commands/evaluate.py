@@ -36,6 +36,12 @@ def build_parser(family: str) -> argparse.ArgumentParser:
         ap.add_argument("--splits", nargs="+", default=None, help="splits to score (default: the preset's eval)")
     else:
         ap.add_argument("--benchmarks", nargs="+", default=None, help="benchmarks to score (default: the preset's)")
+    if family == "code":
+        ap.add_argument(
+            "--data-dir",
+            default=None,
+            help="a folder `rspo fetch-data code` filled: its benchmarks are read there, not from the network",
+        )
     return ap
 
 
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run.evaluate_countdown(args.model, args.data, settings, engine, fmt, progress)
         datasets = [(str(Path(args.data) / f"{s}.jsonl"), "evaluation") for s in result["splits"]]
     else:
-        result = run.evaluate_suite(family, args.model, settings, engine, progress)
+        result = run.evaluate_suite(family, args.model, settings, engine, progress, getattr(args, "data_dir", None))
     result["wall_time_s"] = time.time() - t0
     from rspo.jsonl import write_json_atomic
 

@@ -440,7 +440,15 @@ def normalise_lcb_release(
 # ----------------------------------------------------------------------------------------------
 # Loaders
 # ----------------------------------------------------------------------------------------------
-def _hub_rows(repo: str, config: str | None, split: str, revision: str, limit: int | None) -> list[dict]:
+def hub_source(source: str) -> tuple[str, str | None, str]:
+    """(repository, config, pinned revision) of one source of the code mix."""
+    if source == "leetcode":
+        return LEETCODE_REPO, None, LEETCODE_REVISION
+    return DEEPCODER_REPO, source, DEEPCODER_REVISION
+
+
+def hub_rows(repo: str, config: str | None, split: str, revision: str, limit: int | None) -> list[dict]:
+    """Rows of a hub dataset at a pinned revision (network; the first ``limit``, streamed)."""
     import datasets  # lazy: only online
 
     if limit is None:
@@ -455,21 +463,28 @@ def load_code_hub(
     cutoff: str | None = LCB_TRAIN_CUTOFF,
     max_cases: int | None = None,
     stats: Counter | None = None,
+    fetched: str | os.PathLike | None = None,
 ) -> list[dict]:
-    """The code mix from the hub at pinned revisions (network; only called when asked).
+    """The code mix from the hub at pinned revisions (network; only called when asked), or from the
+    folder the workflow's ``fetch_data`` rule fetched them into (``fetched``: rspo.data.fetch).
 
     ``limit`` caps the rows read from EACH source (streamed, so nothing else is downloaded)."""
+    from rspo.data.fetch import rows_of
+
     unknown = [s for s in sources if s not in CODE_MIX]
     if unknown:
         raise ValueError(f"unknown code source(s) {unknown}; choose from {list(CODE_MIX)}")
     stats = Counter() if stats is None else stats
     out: list[dict] = []
     for s in sources:
+        repo, config, revision = hub_source(s)
+        if fetched is not None:
+            rows = rows_of(fetched, f"train.{s}", revision, limit)
+        else:
+            rows = hub_rows(repo, config, "train", revision, limit)
         if s == "leetcode":
-            rows = _hub_rows(LEETCODE_REPO, None, "train", LEETCODE_REVISION, limit)
             out += normalise_leetcode(rows, cutoff, max_cases, stats)
         else:
-            rows = _hub_rows(DEEPCODER_REPO, s, "train", DEEPCODER_REVISION, limit)
             out += normalise_deepcoder(rows, s, cutoff, max_cases, stats)
     return out
 
@@ -543,9 +558,11 @@ def load_code_train(
 
     With ``"hub"`` and ``limit``, ``limit`` rows are streamed from each source, the union is
     shuffled with ``seed`` and cut to ``limit`` so that every source is represented."""
+    from rspo.data.fetch import is_fetched
+
     stats = Counter() if stats is None else stats
-    if source == "hub":
-        recs = load_code_hub(sources, limit, cutoff, max_cases, stats)
+    if source == "hub" or is_fetched(source):
+        recs = load_code_hub(sources, limit, cutoff, max_cases, stats, fetched=None if source == "hub" else source)
         if limit is not None:
             random.Random(seed).shuffle(recs)
             recs = recs[:limit]

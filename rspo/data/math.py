@@ -148,8 +148,15 @@ def validate_math_record(rec: dict[str, Any], where: str = "record") -> None:
 # ----------------------------------------------------------------------------------------------
 # Loaders
 # ----------------------------------------------------------------------------------------------
-def load_deepscaler_hub(revision: str = DEEPSCALER_REVISION, limit: int | None = None) -> list[dict]:
-    """DeepScaleR from the hub at a pinned revision (network; only called when asked)."""
+def load_deepscaler_hub(
+    revision: str = DEEPSCALER_REVISION, limit: int | None = None, fetched: str | os.PathLike | None = None
+) -> list[dict]:
+    """DeepScaleR from the hub at a pinned revision (network; only called when asked), or from the
+    folder the workflow's ``fetch_data`` rule fetched it into (``fetched``: rspo.data.fetch)."""
+    if fetched is not None:
+        from rspo.data.fetch import rows_of
+
+        return normalise_deepscaler(rows_of(fetched, "train.deepscaler", revision, limit), source="deepscaler")
     import datasets  # lazy: heavy, and only needed online
 
     ds = datasets.load_dataset(DEEPSCALER_REPO, split="train", revision=revision)
@@ -255,8 +262,12 @@ def load_math_train(
 ) -> list[dict]:
     """Normalised math training records from ``"hub"`` (DeepScaleR), ``"fallback"`` (offline
     arithmetic set of ``n_fallback`` problems, or ``limit`` if given) or a file path."""
+    from rspo.data.fetch import is_fetched
+
     if source == "hub":
         return load_deepscaler_hub(revision=revision, limit=limit)
+    if is_fetched(source):
+        return load_deepscaler_hub(revision=revision, limit=limit, fetched=source)
     if source == "fallback":
         n = limit if limit is not None else n_fallback
         return normalise_deepscaler(generate_arithmetic_problems(n, seed), source=FALLBACK_SOURCE)

@@ -181,12 +181,29 @@ def evaluate_countdown(
     return out
 
 
+def code_data_paths(settings, data_dir: str | None) -> dict[str, Any]:
+    """The local data of each code benchmark: the preset's ``data_paths``, then what a fetched folder
+    (``rspo fetch-data code``, rspo.data.fetch) holds of the others; the rest comes from the network."""
+    paths = {k: v for k, v in vars(settings.data_paths).items() if v is not None}
+    if data_dir:
+        from rspo.data.fetch import benchmark_paths
+
+        missing = [b for b in settings.benchmarks if b not in paths]
+        paths.update(benchmark_paths(data_dir, missing))
+    return paths
+
+
 def evaluate_suite(
-    family: str, model: str, settings: SuiteEval, engine: EvalEngine, progress: PhaseProgress
+    family: str,
+    model: str,
+    settings: SuiteEval,
+    engine: EvalEngine,
+    progress: PhaseProgress,
+    data_dir: str | None = None,
 ) -> dict[str, Any]:
     """Math or code: the prompt format resolved against the model's tokenizer first (the settings
     were checked when read), then the generator built and the suite run; the result's config
-    records it all."""
+    records it all. ``data_dir``: a fetched folder of the code benchmarks (``code_data_paths``)."""
     from rspo.evaluate import suites
     from rspo.hub import resolve_model
     from rspo.models import load_tokenizer_checked
@@ -216,7 +233,7 @@ def evaluate_suite(
     if family == "math":
         result = suites.evaluate_math(gen, **kwargs)
     else:  # offline fixtures / local copies; other hub pins
-        paths = {k: v for k, v in vars(settings.data_paths).items() if v is not None}
+        paths = code_data_paths(settings, data_dir)
         revisions = {k: v for k, v in vars(settings.revisions).items() if v is not None}
         result = suites.evaluate_code(gen, data_paths=paths or None, revisions=revisions or None, **kwargs)
     progress.close()

@@ -223,6 +223,43 @@ def _check_memory():
 _check_memory()
 
 
+# Hub data (a task's training source, code benchmarks) are fetched once into HUB_DIR/data/<task> by
+# the local rule fetch_data (rspo.data.fetch); the jobs that read them run with the hub's offline
+# switches set (OFFLINE), so a compute node without internet never tries it.
+OFFLINE = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "
+
+
+def data_to_fetch(task):
+    """(fetch the training source?, code benchmarks to fetch) of a task: what would otherwise come
+    from the network inside a job."""
+    from rspo.data.fetch import FETCHED_BENCHMARKS
+
+    train = task in PLAN.tasks and PLAN.prepare_source(task) == "hub"
+    benchmarks = []
+    if task == "code" and "code" in PLAN.tasks:
+        settings = PLAN.spec.evaluation("code", {})
+        given = {k for k, v in vars(settings.data_paths).items() if v is not None}
+        benchmarks = [b for b in settings.benchmarks if b in FETCHED_BENCHMARKS and b not in given]
+    return train, benchmarks
+
+
+def fetched_data(task):
+    """The marker of a task's fetched hub data, or '' when nothing of it comes from the network."""
+    train, benchmarks = data_to_fetch(task)
+    return f"{HUB_DIR}/data/{task}/rspo_data.json" if train or benchmarks else ""
+
+
+def fetch_data_args(task):
+    train, benchmarks = data_to_fetch(task)
+    return ("--train " if train else "") + (f"--benchmarks {' '.join(benchmarks)}" if benchmarks else "")
+
+
+def prepare_source_arg(task):
+    """`rspo prepare --source`: the fetched folder for a hub source, else the preset's source."""
+    source = PLAN.prepare_source(task)
+    return f"{HUB_DIR}/data/{task}" if source == "hub" else source
+
+
 def hub_models():
     """{folder slug: hub id} of the hub models this preset's tasks start from."""
     from rspo.hub import slug
@@ -277,6 +314,8 @@ def eval_inputs(name, task):
     inputs = {"model": model}
     if task == "countdown":
         inputs.update(COUNTDOWN_VAL)
+    if task == "code" and data_to_fetch(task)[1]:
+        inputs["fetched"] = fetched_data(task)
     return inputs
 
 

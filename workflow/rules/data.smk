@@ -45,6 +45,8 @@ rule tokenizer:
 
 
 rule prepare_task:
+    input:
+        lambda wildcards: [fetched_data(wildcards.task)] if PLAN.prepare_source(wildcards.task) == "hub" else [],
     output:
         f"{R}/data/{{task}}/train.jsonl",
     log:
@@ -59,9 +61,36 @@ rule prepare_task:
         runtime=res("data", "runtime"),
         gpu=0,
     params:
-        source=lambda wildcards: PLAN.prepare_source(wildcards.task),
+        source=lambda wildcards: prepare_source_arg(wildcards.task),
     shell:
-        "python -m rspo prepare {wildcards.task} --out {output} --source {params.source} > {log} 2>&1"
+        OFFLINE + "python -m rspo prepare {wildcards.task} --out {output} --source {params.source} > {log} 2>&1"
+
+
+# A task's hub data (its training source, the code benchmarks scored from the hub), fetched once into
+# HUB_DIR/data/<task> before any job reads it: a local rule, like fetch_model (rspo.data.fetch).
+localrules:
+    fetch_data,
+
+
+rule fetch_data:
+    output:
+        f"{HUB_DIR}/data/{{task}}/rspo_data.json",
+    log:
+        f"{HUB_DIR}/logs/data.{{task}}.log",
+    wildcard_constraints:
+        task="math|code",
+    conda:
+        ENV_CPU
+    threads: 1
+    resources:
+        mem_mb=res("data", "mem_mb"),
+        runtime=res("data", "runtime"),
+        gpu=0,
+    params:
+        args=lambda wildcards: fetch_data_args(wildcards.task),
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    shell:
+        "python -m rspo fetch-data {wildcards.task} --out {params.out} {params.args} > {log} 2>&1"
 
 
 # One download per hub model, before any job reads it; every train and evaluate job then reads the

@@ -51,9 +51,10 @@ rule evaluate_task:
         preset=PRESET_FILE,
         preset_digest=preset_digest("evaluate"),
         model=lambda wildcards: eval_model(wildcards.name, wildcards.task),
+        data_dir=lambda wildcards, input: f"--data-dir {os.path.dirname(input.fetched)}" if "fetched" in input.keys() else "",
     shell:
-        "python -m rspo evaluate {wildcards.task} --preset {params.preset} --model {params.model} "
-        "--out {output} --threads {threads} > {log} 2>&1"
+        OFFLINE + "python -m rspo evaluate {wildcards.task} --preset {params.preset} --model {params.model} "
+        "{params.data_dir} --out {output} --threads {threads} > {log} 2>&1"
 
 
 # Sec. 5.5: RSPO vs GMPO update throughput and router-cache memory on the preset's pretrained
