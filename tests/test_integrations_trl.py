@@ -236,11 +236,12 @@ def test_the_plugin_loss_and_gradients_equal_compute_policy_loss(tmp_path, arch,
     assert log["router/shift_clipfrac"] == pytest.approx(metrics["router/shift_clipfrac"], abs=1e-6)
 
 
-@pytest.mark.parametrize("algo", ["grpo", "gspo"])
+@pytest.mark.parametrize("algo", ["grpo", "gspo", "gmpo"])
 def test_trls_own_vllm_correction_works_beside_rs(tmp_path, algo):
     """TRL's importance-sampling correction of vLLM's rollouts (token_truncate, C = 2) on beside RS: the
     plug-in's loss equals compute_policy_loss with RS and the same correction (omega = min(rho, C) outside
-    the clip; for GSPO the response's mean of omega), and differs from RS alone. GMPO: TRL applies none."""
+    the clip; for GSPO and GMPO the response's mean of omega), and differs from RS alone. GMPO: TRL's
+    GMPOTrainer applies none; RSPOTrainer does (rspo.integrations.trl)."""
     _, _, _, eps, eps_high = OBJECTIVES[algo]
     trainer = make_trainer(tmp_path, "qwen3_moe", algo, gamma_min=0.95)
     trainer.current_gradient_accumulation_steps = 1
@@ -260,6 +261,46 @@ def test_trls_own_vllm_correction_works_beside_rs(tmp_path, algo):
     plain_rs, _, _ = reference(*args)
     torch.testing.assert_close(loss, ref, atol=1e-6, rtol=1e-5)
     assert abs(float(loss) - float(plain_rs)) > 1e-4  # the correction did something
+
+
+@pytest.mark.parametrize("mode", ["token_mask", "sequence_truncate", "sequence_mask"])
+def test_rspo_trainer_applies_trls_other_correction_modes_as_compute_policy_loss_does(tmp_path, mode):
+    """GMPO + RS with TRL's other modes: the ratio as TRL's generation step leaves it ((B, T) for token
+    modes, zero where masked; (B, 1) for sequence modes) gives the loss of compute_policy_loss with
+    rspo.losses' omega of the same mode and bounds; and with the correction off the loss is RS's alone,
+    whatever ratio the batch carries."""
+    _, _, _, eps, eps_high = OBJECTIVES["gmpo"]
+    trainer = make_trainer(tmp_path, "qwen3_moe", "gmpo", gamma_min=0.95)
+    trainer.current_gradient_accumulation_steps = 1
+    batch = fixed_batch()
+    inputs = old_pass(trainer, batch)
+    with torch.no_grad():
+        _, old_logits = our_forward(trainer.model, batch, detach=True)
+    m = batch["completion_mask"].bool()
+    noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(5))
+    scale = 0.8 if mode == "token_mask" else 0.15  # sequence ratios: some responses inside [lo, C], some not
+    engine = torch.where(m, inputs["old_per_token_logps"] + scale * noise, torch.zeros(()))
+    lo, hi = 0.5, 2.0
+    diff = (inputs["old_per_token_logps"] - engine) * m  # TRL: masked difference, then its mode
+    ratio = torch.exp(diff.sum(-1, keepdim=True) if mode.startswith("sequence") else diff)
+    if mode.endswith("truncate"):  # TRL's default vllm_importance_sampling_clip_min: None (no lower bound)
+        ratio = ratio.clamp(max=hi)
+    else:
+        ratio = ratio.masked_fill((ratio < lo) | (ratio > hi), 0.0)
+    inputs["importance_sampling_ratio"] = ratio
+    perturb(trainer.model)
+    args = (trainer.model, batch, old_logits, inputs["old_per_token_logps"], "gmpo", eps, eps_high, 0.95, True)
+    plain_rs, _, _ = reference(*args)
+    off = trainer._compute_loss(trainer.model, inputs)  # use_vllm off: the ratio is not read
+    torch.testing.assert_close(off, plain_rs, atol=1e-6, rtol=1e-5)
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    trainer.vllm_importance_sampling_mode = mode
+    loss = trainer._compute_loss(trainer.model, inputs)
+    ref, _, _ = reference(*args, engine_log_prob=engine, correction=mode, correction_high=hi)
+    torch.testing.assert_close(loss, ref, atol=1e-6, rtol=1e-5)
+    assert abs(float(loss) - float(plain_rs)) > 1e-5  # the correction did something
+    trainer.vllm_importance_sampling_correction = False  # a config that turns it off: RS alone
+    torch.testing.assert_close(trainer._compute_loss(trainer.model, inputs), plain_rs, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("algo", sorted(OBJECTIVES))

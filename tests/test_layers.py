@@ -62,6 +62,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.gpu_memory.plan",
             "rspo.gpu_memory.verdict",
             "rspo.gpu_memory.rollout_time",
+            "rspo.gpu_memory.flops",
+            "rspo.gpu_memory.driver",
         ],
     ),
     (
@@ -80,6 +82,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.sweep",
             "rspo.mlflow_sync",
             "rspo.archive",
+            "rspo.fetch_data",
             "rspo.gpu_memory.simulate",
             "rspo.gpu_memory.preflight",
         ],

@@ -1,5 +1,5 @@
 """Compute jobs that never reach the network: a task's hub data are fetched once by a local rule
-(`fetch_data`, rspo.data.fetch), and the jobs that read them (prepare, evaluate) run with the hub's
+(`fetch_data`, rspo.fetch_data; read through rspo.data.fetched), and the jobs that read them (prepare, evaluate) run with the hub's
 offline switches set. Here the hub is faked with the shipped fixtures in its exact schemas, and the
 jobs run under a socket guard that fails any connection to a network address."""
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rspo.data.fetch import MARKER, FetchedDataError, benchmark_paths, fetch_task_data, rows_of
+from rspo.data.fetched import MARKER, FetchedDataError, benchmark_paths, rows_of
+from rspo.fetch_data import fetch_task_data
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"

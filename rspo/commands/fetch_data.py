@@ -1,6 +1,6 @@
 """`python -m rspo fetch-data TASK --out DIR [--train] [--benchmarks B ...]`: a task's hub data fetched
 once into a local folder (the workflow's `fetch_data` rule, a local rule: compute nodes may have no
-internet). What the folder holds and how jobs read it: rspo.data.fetch."""
+internet): rspo.fetch_data. What the folder holds and how jobs read it: rspo.data.fetched."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import argparse
 import json
 import sys
 
-from rspo.data.fetch import FETCHED_BENCHMARKS, FetchedDataError, fetch_task_data
+from rspo.data.fetched import FETCHED_BENCHMARKS, FetchedDataError
+from rspo.fetch_data import fetch_task_data
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -466,10 +466,10 @@ def load_code_hub(
     fetched: str | os.PathLike | None = None,
 ) -> list[dict]:
     """The code mix from the hub at pinned revisions (network; only called when asked), or from the
-    folder the workflow's ``fetch_data`` rule fetched them into (``fetched``: rspo.data.fetch).
+    folder the workflow's ``fetch_data`` rule fetched them into (``fetched``: rspo.data.fetched).
 
     ``limit`` caps the rows read from EACH source (streamed, so nothing else is downloaded)."""
-    from rspo.data.fetch import rows_of
+    from rspo.data.fetched import rows_of
 
     unknown = [s for s in sources if s not in CODE_MIX]
     if unknown:
@@ -558,7 +558,7 @@ def load_code_train(
 
     With ``"hub"`` and ``limit``, ``limit`` rows are streamed from each source, the union is
     shuffled with ``seed`` and cut to ``limit`` so that every source is represented."""
-    from rspo.data.fetch import is_fetched
+    from rspo.data.fetched import is_fetched
 
     stats = Counter() if stats is None else stats
     if source == "hub" or is_fetched(source):

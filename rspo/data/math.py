@@ -152,9 +152,9 @@ def load_deepscaler_hub(
     revision: str = DEEPSCALER_REVISION, limit: int | None = None, fetched: str | os.PathLike | None = None
 ) -> list[dict]:
     """DeepScaleR from the hub at a pinned revision (network; only called when asked), or from the
-    folder the workflow's ``fetch_data`` rule fetched it into (``fetched``: rspo.data.fetch)."""
+    folder the workflow's ``fetch_data`` rule fetched it into (``fetched``: rspo.data.fetched)."""
     if fetched is not None:
-        from rspo.data.fetch import rows_of
+        from rspo.data.fetched import rows_of
 
         return normalise_deepscaler(rows_of(fetched, "train.deepscaler", revision, limit), source="deepscaler")
     import datasets  # lazy: heavy, and only needed online
@@ -262,7 +262,7 @@ def load_math_train(
 ) -> list[dict]:
     """Normalised math training records from ``"hub"`` (DeepScaleR), ``"fallback"`` (offline
     arithmetic set of ``n_fallback`` problems, or ``limit`` if given) or a file path."""
-    from rspo.data.fetch import is_fetched
+    from rspo.data.fetched import is_fetched
 
     if source == "hub":
         return load_deepscaler_hub(revision=revision, limit=limit)

@@ -345,7 +345,7 @@ def evalplus_override(name: str, path: str | os.PathLike | None) -> Iterator[Any
 
 def evalplus_release_file(name: str) -> str:
     """The path of evalplus's release file of ``name`` (downloaded into evalplus's cache if absent:
-    network; the workflow's local ``fetch_data`` rule calls it, rspo.data.fetch)."""
+    network; the workflow's local ``fetch_data`` rule calls it, rspo.fetch_data)."""
     check_names([name], tuple(_EVALPLUS), "evalplus")
     ready = {"humaneval_plus": "_ready_human_eval_plus_path", "mbpp_plus": "_ready_mbpp_plus_path"}[name]
     with evalplus_override(name, None) as mod:

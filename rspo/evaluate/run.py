@@ -183,10 +183,10 @@ def evaluate_countdown(
 
 def code_data_paths(settings, data_dir: str | None) -> dict[str, Any]:
     """The local data of each code benchmark: the preset's ``data_paths``, then what a fetched folder
-    (``rspo fetch-data code``, rspo.data.fetch) holds of the others; the rest comes from the network."""
+    (``rspo fetch-data code``, rspo.data.fetched) holds of the others; the rest comes from the network."""
     paths = {k: v for k, v in vars(settings.data_paths).items() if v is not None}
     if data_dir:
-        from rspo.data.fetch import benchmark_paths
+        from rspo.data.fetched import benchmark_paths
 
         missing = [b for b in settings.benchmarks if b not in paths]
         paths.update(benchmark_paths(data_dir, missing))

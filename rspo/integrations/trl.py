@@ -35,6 +35,21 @@ sequence mask (``off_policy_mask_threshold``) when no vLLM sampling log-probs ex
 bias-corrected KL (``use_bias_correction_kl``). The KL to the reference model itself uses the new
 log-probs and is unchanged. TRL's vLLM importance-sampling ratio is computed before and is unchanged.
 
+TRL's vLLM importance-sampling correction (``use_vllm=True`` with ``vllm_importance_sampling_correction``,
+on by default; the modes ``vllm_importance_sampling_mode``, truncation ``vllm_importance_sampling_clip_*``):
+TRL computes the ratio rho = pi_old / pi_vLLM in its generation step, truncated or masked, and
+``GRPOTrainer._compute_loss`` multiplies its per-token loss by it, outside the clip; ``RSGRPOTrainer``
+keeps that as it is (RS inside the clip, the correction outside: rspo.losses' composition). TRL 1.16's
+``GMPOTrainer._compute_loss`` never reads the ratio, so a GMPO run with vLLM rollouts silently trains
+uncorrected under a config that says the correction is on. ``RSPOTrainer`` applies it instead of
+refusing the combination (the correction is what the paper's regime of engine/trainer mismatch asks
+for, and the loss is defined in rspo.losses): each response's term -A_i s_i is weighted by the
+masked mean of its token ratios over the response (TRL's sequence modes: the sequence ratio), as
+``rspo.losses.compute_policy_loss(..., weight=omega)`` weights a sequence objective; equal to it on
+one batch (tests/test_integrations_trl.py). Upstream difference, kept by plain ``GMPOTrainer``: TRL's
+GRPO trainer corrects, its GMPO trainer does not. GMPO's clip-fraction metrics count by the sign of
+the (weighted) advantage: a response a mask mode zeroes is left out of them.
+
 Where it differs from ``rspo train`` (TRL's choices, kept): the router positions and gamma are
 ours (the position that predicts each completion token, as ``rspo.models.response_slice``), but the
 objective around them is TRL's: its GMPO clips where A > 0 (ours A >= 0: the same loss, A = 0 adds
@@ -211,9 +226,31 @@ class RouterShiftMixin:
             raise RuntimeError(f"RS: the batch has no {missing}; it did not come from this trainer's old pass")
         self._rs_phase, self._rs_inputs, self._rs_gamma = "loss", inputs, None
         try:
-            return super()._compute_loss(model, _ShiftedOld(inputs, self))
+            return super()._compute_loss(model, _ShiftedOld(self._with_vllm_correction(inputs), self))
         finally:
             self._rs_phase, self._rs_inputs, self._rs_gamma = None, None, None
+
+    def _with_vllm_correction(self, inputs: dict) -> dict:
+        """GMPO: TRL's vLLM importance-sampling ratio applied outside the clip (module docstring), which
+        TRL's GMPOTrainer leaves out. Its loss is -A_i s_i per response, s_i the geometric mean of the
+        clipped (RS-adjusted) ratios; the corrected one is -m_i A_i s_i with m_i the response's masked mean
+        of the ratio (the ratio itself in TRL's sequence modes), as rspo.losses weights a sequence
+        objective. m_i >= 0 is stop-gradient, so it rides on the advantage: the sign-aware clip sees the
+        same sign (a response with m_i = 0 adds nothing either way). A new dict: never in place."""
+        if not isinstance(self, GMPOTrainer) or not (self.use_vllm and self.vllm_importance_sampling_correction):
+            return inputs
+        ratio = inputs.get("importance_sampling_ratio")
+        if ratio is None:
+            raise RuntimeError("RS: use_vllm with its importance-sampling correction, but the batch has no ratio")
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        ratio = ratio.detach().to(inputs["advantages"].dtype)
+        if ratio.shape[1] == 1:  # TRL's sequence modes: one ratio per response
+            per_response = ratio[:, 0]
+        else:
+            per_response = (ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return {**inputs, "advantages": inputs["advantages"] * per_response}
 
     def _rs_shifted_old(self, old: torch.Tensor | None) -> torch.Tensor:
         gamma = self._rs_gamma

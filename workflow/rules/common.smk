@@ -224,15 +224,15 @@ _check_memory()
 
 
 # Hub data (a task's training source, code benchmarks) are fetched once into HUB_DIR/data/<task> by
-# the local rule fetch_data (rspo.data.fetch); the jobs that read them run with the hub's offline
-# switches set (OFFLINE), so a compute node without internet never tries it.
-OFFLINE = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "
+# the local rule fetch_data (rspo.fetch_data; read through rspo.data.fetched); the jobs that read them
+# (prepare_task, evaluate_task) run with the hub's offline switches set (HF_HUB_OFFLINE=1
+# HF_DATASETS_OFFLINE=1), so a compute node without internet never tries it.
 
 
 def data_to_fetch(task):
     """(fetch the training source?, code benchmarks to fetch) of a task: what would otherwise come
     from the network inside a job."""
-    from rspo.data.fetch import FETCHED_BENCHMARKS
+    from rspo.data.fetched import FETCHED_BENCHMARKS
 
     train = task in PLAN.tasks and PLAN.prepare_source(task) == "hub"
     benchmarks = []

@@ -63,11 +63,11 @@ rule prepare_task:
     params:
         source=lambda wildcards: prepare_source_arg(wildcards.task),
     shell:
-        OFFLINE + "python -m rspo prepare {wildcards.task} --out {output} --source {params.source} > {log} 2>&1"
+        "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m rspo prepare {wildcards.task} --out {output} --source {params.source} > {log} 2>&1"
 
 
 # A task's hub data (its training source, the code benchmarks scored from the hub), fetched once into
-# HUB_DIR/data/<task> before any job reads it: a local rule, like fetch_model (rspo.data.fetch).
+# HUB_DIR/data/<task> before any job reads it: a local rule, like fetch_model (rspo.data.fetched).
 localrules:
     fetch_data,
 
