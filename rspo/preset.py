@@ -79,6 +79,12 @@ class Preset:
         fams = self.data.get("default_families", PresetSpec.default("default_families"))
         return None if fams is None else list(fams)
 
+    @property
+    def primary_claims(self) -> list[str] | None:
+        """The claims table's pre-registered primary family (`primary_claims:`); None: every claim's."""
+        keys = self.data.get("primary_claims", PresetSpec.default("primary_claims"))
+        return None if keys is None else list(keys)
+
     def grid(self) -> Any:
         """The `grid:` section as written (a copy; {} when absent); rspo.grid expands and checks it."""
         return copy.deepcopy(self.data.get("grid") or {})

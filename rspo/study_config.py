@@ -281,6 +281,10 @@ class PresetSpec(Section):
     """Settings of `rspo evaluate <family>` (flags of that command override them)."""
     resources: Resources = field(default_factory=Resources)
     """Job resources per rule kind (defaults: rspo.plan.DEFAULT_RESOURCES)."""
+    primary_claims: tuple[str, ...] | None = setting(None, nonempty=True)
+    """The claims table's pre-registered primary family: claim keys of rspo.report.claims.PRIMARY, each
+    judged on its one primary row and Holm-corrected together (a listed row that is missing or not
+    testable counts with p = 1); unset: every claim's primary row. Name it before the runs it judges."""
 
     @classmethod
     def default(cls, name: str) -> Any:

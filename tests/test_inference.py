@@ -6,7 +6,18 @@ import statistics
 
 import pytest
 
-from rspo.report.inference import block_bootstrap_sd, holm, interval, mcnemar_sd, mde, p_above_zero
+from rspo.report.inference import (
+    block_jackknife_sd,
+    equivalent,
+    holm,
+    interval,
+    mcnemar_sd,
+    mde,
+    p_above_zero,
+    p_below,
+    pooled_sd,
+    power,
+)
 
 
 def test_the_interval_matches_the_textbook_value_when_the_seeds_spread_more_than_the_floor():
@@ -62,12 +73,65 @@ def test_mcnemar_sd_of_a_paired_accuracy_difference():
         mcnemar_sd(a, b[:-1])
 
 
-def test_block_bootstrap_sd_is_deterministic_and_near_the_textbook_se_for_independent_steps():
+def test_the_block_jackknife_of_a_mean_is_the_batch_means_standard_error_and_uses_no_random_numbers(monkeypatch):
     import random
+
+    import numpy as np
 
     rng = random.Random(0)
     xs = [rng.gauss(0, 1) for _ in range(200)]
-    sd = block_bootstrap_sd(len(xs), lambda idx: statistics.fmean(xs[i] for i in idx))
-    assert sd == block_bootstrap_sd(len(xs), lambda idx: statistics.fmean(xs[i] for i in idx))
-    assert sd == pytest.approx(1 / math.sqrt(200), rel=0.3)
-    assert math.isnan(block_bootstrap_sd(6, lambda idx: 0.0))  # fewer than two blocks
+    monkeypatch.setattr(np.random, "default_rng", lambda *a, **k: (_ for _ in ()).throw(AssertionError("an RNG")))
+    sd = block_jackknife_sd(len(xs), lambda idx: statistics.fmean(xs[i] for i in idx))
+    batches = [statistics.fmean(xs[i : i + 5]) for i in range(0, 200, 5)]
+    assert sd == pytest.approx(statistics.stdev(batches) / math.sqrt(len(batches)), rel=1e-9)
+    assert sd == pytest.approx(1 / math.sqrt(200), rel=0.3)  # independent steps: near the textbook SE
+    assert math.isnan(block_jackknife_sd(9, lambda idx: 0.0))  # fewer than two blocks
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_the_mde_has_80_percent_power_by_an_independent_simulation_also_at_n_2(n):
+    """At n = 2 scipy's noncentral t gives no number for large effects; the bisection once read that
+    as power reached (5.44 SD instead of 11.55). A simulation of the t-test (fixed seed, 400k
+    experiments) at the MDE rejects 80% of the time."""
+    import numpy as np
+    from scipy import stats
+
+    effect = mde(1.0, n)
+    assert math.isfinite(effect) and power(effect, 1.0, n) == pytest.approx(0.8, abs=1e-6)
+    if n == 2:
+        assert effect == pytest.approx(11.55, abs=0.01)
+    rng = np.random.default_rng(12345)
+    d = rng.normal(effect, 1.0, size=(400_000, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
+    rejected = np.mean(np.abs(t) > stats.t.ppf(0.975, n - 1))
+    assert rejected == pytest.approx(0.80, abs=0.004)
+    assert not math.isnan(power(50.0, 1.0, 2)) and power(50.0, 1.0, 2) > 0.95  # never a NaN read as power
+
+
+def test_pooled_sd_weights_each_row_by_its_degrees_of_freedom():
+    assert pooled_sd([(1.0, 3), (2.0, 5)]) == pytest.approx(math.sqrt((2 * 1 + 4 * 4) / 6))
+    assert math.isnan(pooled_sd([(float("nan"), 3)])) and pooled_sd([(1.5, 4), (float("nan"), 3)]) == 1.5
+
+
+def test_non_superiority_and_equivalence_are_the_one_sided_tests_of_the_interval():
+    est = interval([0.2, -0.1, 0.3, 0.1, 0.0])
+    assert p_below(est, 1.0) < 0.01 < p_above_zero(est)  # far below a margin of 1, not above 0
+    assert p_below(est, 0.0) == pytest.approx(1 - p_above_zero(est))
+    assert equivalent([0.2, -0.1, 0.3, 0.1, 0.0], 0.0, 1.0)[0] == "equivalent"
+    assert equivalent([3.1, 2.9, 3.2, 3.0], 0.0, 1.0)[0] == "not equivalent"
+    word, e90 = equivalent([1.0, -1.0, 0.5], 0.0, 1.0)
+    assert word == "inconclusive" and e90.high - e90.low < interval([1.0, -1.0, 0.5]).high - interval([1.0, -1.0, 0.5]).low
+
+
+def test_the_rules_mde_needs_the_mean_at_the_margin_and_the_family_corrected_test():
+    """P(supported) at a true effect equal to the margin is at most 0.5 at any n (the mean must reach
+    it), the power grows with the effect, and a larger Holm family needs a larger effect; the preset's
+    power table is this function's (configs/small.yaml)."""
+    from rspo.report.inference import rule_mde, rule_power, sd_upper
+
+    for n in (3, 5, 8):
+        assert rule_power(1.0, 0.5, n, 1.0) <= 0.5 + 1e-9
+        assert rule_power(2.0, 0.5, n, 1.0) > rule_power(1.5, 0.5, n, 1.0)
+    assert rule_mde(0.684, 5, 1.0, 21) > rule_mde(0.684, 5, 1.0, 6) > rule_mde(0.684, 5, 1.0, 1) > 1.0
+    assert round(rule_mde(0.684, 5, 1.0, 1), 1) == 1.3 and round(rule_mde(0.809, 5, 1.0, 21), 1) == 3.1
+    assert sd_upper(0.489, 6) == pytest.approx(0.684, abs=0.002) and sd_upper(0.613, 8) == pytest.approx(0.809, abs=0.002)

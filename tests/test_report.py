@@ -683,7 +683,7 @@ def test_mismatch_regime_draws_its_figure_and_gets_its_claims_rows(tmp_path):
     assert all(r.regime == "mismatch" for r in rows.values())
     agree = rows[("r3-agreement", "agreement")]
     assert agree.n == 5 and agree.mean == pytest.approx(100 - 97 - 0.2, abs=0.05) and agree.verdict == rule.SUPPORTED
-    assert agree.primary and not agree.provisional
+    assert agree.kind == "check" and not agree.primary and agree.verdict_text == "check holds"  # by construction
     kl = rows[("r3-kl", "mismatch_kl")]
     assert kl.est.floored  # equal differences in every seed: the interval's SD is the within-run noise
     assert kl.mean == pytest.approx(1.0) and kl.verdict == rule.SUPPORTED  # log2(2e-3 / 1e-3)

@@ -3,6 +3,7 @@
 contradicted, not supported, inconclusive; equal paired differences; provisional rows; Holm."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -127,8 +128,45 @@ def test_holm_keeps_a_primary_row_from_standing_on_a_family_of_chances():
         rule.judge(c, "stress", weak, 0.0),
     ]
     assert rows[0].verdict == rule.SUPPORTED and rows[0].est.low > 0
-    out = rule.apply_holm(rows, {0, 1, 2})
+    out = rule.apply_holm(rows, {"a": 0, "b": 1, "c": 2})
     assert [r.primary for r in out] == [True, True, True, False]
     assert out[0].p_holm > 0.025 and out[0].verdict == out[1].verdict == rule.INCONCLUSIVE
-    assert out[0].verdict_text.startswith("inconclusive: its interval excludes 0, but not after Holm's correction")
+    assert out[0].verdict_text.startswith("inconclusive: supported before Holm's correction across the 3")
     assert out[2].verdict == rule.SUPPORTED and out[3].verdict == rule.SUPPORTED and math.isnan(out[3].p_holm)
+    assert [r.test for r in out[:3]] == ["sup", "sup", "sup"]
+    # the family is the pre-registered list: a primary row that was not built counts with p = 1, so
+    # the same rows get the same p whichever other rows a table builds
+    more = rule.apply_holm(rows, {"a": 0, "b": 1, "c": 2, "d": None})
+    assert more[2].p_holm == pytest.approx(4 / 3 * out[2].p_holm, rel=1e-9) or more[2].p_holm > out[2].p_holm
+
+
+def test_a_not_supported_primary_row_is_corrected_too():
+    """'not supported' is a test (H0: effect >= margin): its non-superiority p enters the family and a
+    weak one reads inconclusive after the correction."""
+    c = rule.Claim("k", "k", "p", "reward", "a", "b", 1.0)
+    near = rule.judge(c, "natural", [0.3, 0.8, -0.2, 0.7, -0.1], 0.0)  # upper bound 0.86, below the margin
+    assert near.verdict == rule.NOT_SUPPORTED
+    alone = rule.apply_holm([near], {"k": 0})
+    family = rule.apply_holm([near], {"k": 0, **{f"x{i}": None for i in range(9)}})
+    assert alone[0].test == family[0].test == "non-sup"
+    assert alone[0].verdict == rule.NOT_SUPPORTED and alone[0].p_holm < 0.025
+    assert family[0].p_holm > alone[0].p_holm and family[0].verdict == rule.INCONCLUSIVE
+
+
+def test_an_rs_claim_where_rs_does_not_act_is_not_testable_and_gets_an_equivalence_row():
+    """RS multiplies the ratio by ~0.999 in the natural regime of the shipped runs: no outcome can move.
+    The row says so with the weight's statistics, and an equivalence row (90% interval inside ±margin)
+    tests what can be tested: that RS is harmless. Where RS acts (mean γ 0.98), the row is judged."""
+    claim = rule.Claim("rs-grpo", "RS stabilises GRPO", "p", "acc", "grpo-rs0.8", "grpo", 2.0, rs=True)
+    t = acc({s: 50.0 + 0.2 * s for s in range(5)}, noise=0.3)
+    c = acc({s: 50.1 + 0.2 * s for s in range(5)}, noise=0.3)
+    calm = {s: m.RunFacts(False, None, 100, 40.0, 50.0, 0.997, 0.003, 0.9986, 0.0018) for s in range(5)}
+    rows = rule.paired_rows(claim, "natural", {"grpo-rs0.8": t, "grpo": c}, {"grpo-rs0.8": calm, "grpo": calm})
+    assert [r.kind for r in rows] == ["verdict", "equivalence"]
+    assert rows[0].verdict == rule.NOT_TESTABLE
+    assert rows[0].why == "RS inactive (mean γ 0.9986, 0.18% of tokens at γmin)"
+    assert rows[1].verdict == "equivalent" and rows[1].est.high < 2.0 and rows[1].est.low > -2.0
+    acting = {s: m.RunFacts(False, None, 100, 40.0, 50.0, 0.95, 0.1, 0.98, 0.05) for s in range(5)}
+    rows = rule.paired_rows(claim, "stress", {"grpo-rs0.8": t, "grpo": c}, {"grpo-rs0.8": acting, "grpo": calm})
+    assert [r.kind for r in rows] == ["verdict"] and rows[0].verdict != rule.NOT_TESTABLE
+    assert rule.rs_inactive(replace(claim, rs=False), {"grpo-rs0.8": calm}) == ""  # not RS's claim: no condition

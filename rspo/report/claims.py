@@ -24,7 +24,8 @@ from pathlib import Path
 
 from rspo.grid import REGIMES
 from rspo.report import measures as m
-from rspo.report.rule import RULE, Claim, Row, apply_holm, judge, paired_row
+from rspo.report.inference import pooled_sd
+from rspo.report.rule import RULE, Claim, Row, apply_holm, judge, paired_rows
 
 SEC3 = "drift"
 """The regime built to test Sec. 3 (router drift that GRPO cannot survive but GMPO and a frozen
@@ -69,10 +70,14 @@ def effect_text(claim: Claim) -> str:
     return f"{unit}: {a} - {b}"
 
 
-# claim key -> (measure, regime) of its one primary row, named before the runs. The plug-in claims
-# are the natural regime's (the paper's setting shrunk, where its seeds were sized); collapse and
-# the Sec. 3.3 mechanism are SEC3's, where a preset has that regime (else natural); the tools beyond
-# the paper are the mismatch regime's; throughput is the benchmark's.
+# claim key -> (measure, regime) of its one primary row: the pre-registered family (written on
+# 2026-11-27, after the shipped 3-seed runs were packed: for those a re-analysis; fixed before any
+# run since). The plug-in claims are the natural regime's (the paper's setting shrunk, where its seeds
+# were sized); collapse and the Sec. 3.3 mechanism are SEC3's, where a preset has that regime (else
+# natural); the tools beyond the paper are the mismatch regime's; throughput is the benchmark's. The
+# family is the whole list, whichever rows a table builds (a missing or not-testable row counts with
+# p = 1). R3's routing agreement is a check (true by construction: R3 replays the engine's routing),
+# outside the family.
 PRIMARY: dict[str, tuple[str, str]] = {
     "grpo-collapses": ("reward_drop", SEC3),
     "gamma-falls": ("gamma_fall", SEC3),
@@ -91,7 +96,6 @@ PRIMARY: dict[str, tuple[str, str]] = {
     "logit-replay": ("reward", "natural"),
     "index-replay": ("reward", "natural"),
     "throughput": ("throughput", "benchmark"),
-    "r3-agreement": ("agreement", "mismatch"),
     "r3-kl": ("mismatch_kl", "mismatch"),
     "r3-acc": ("reward", "mismatch"),
     "tis-acc": ("reward", "mismatch"),
@@ -169,6 +173,7 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
             f"grpo-{rs}",
             MARGINS["kl_vol"],
             precondition="drift",
+            rs=True,
         ),
         Claim(
             "rspo-kl-vol",
@@ -198,9 +203,11 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
         ("logit-replay", "Logit replay is worse than RS", "App. D, Fig. 8", f"gmpo-{rs}", "gmpo-logitreplay", ""),
         ("index-replay", "Index replay is worse than RS", "App. D, Fig. 8", f"gmpo-{rs}", "gmpo-indexreplay", ""),
     ]
+    rs_claims = {"rs-grpo", "rs-gspo", "rs-gmpo", "gmin-0.5", "gmin-0.8"}  # what RS's weight changes
     for key, text, paper, treatment, control, pre in pairs:
         for meas in ("reward", "acc"):
-            out.append(Claim(key, text, paper, meas, treatment, control, MARGINS[meas], precondition=pre))
+            rs_claim = key in rs_claims
+            out.append(Claim(key, text, paper, meas, treatment, control, MARGINS[meas], precondition=pre, rs=rs_claim))
     out += [
         Claim(
             "nosg",
@@ -210,6 +217,7 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
             f"gmpo-{rs}",
             f"gmpo-{rs}-nosg",
             round(0.05 * total_steps, 1),
+            rs=True,
         ),
         Claim(
             "throughput",
@@ -241,6 +249,7 @@ def mismatch_claims(gamma_min: float) -> list[Claim]:
             "gmpo-rolloutreplay",
             "gmpo",
             MARGINS["agreement"],
+            check=True,
         ),
         Claim(
             "r3-kl",
@@ -265,7 +274,7 @@ def mismatch_claims(gamma_min: float) -> list[Claim]:
         ),
     ):
         for meas in ("reward", "acc"):
-            out.append(Claim(key, text, paper, meas, treatment, control, MARGINS[meas]))
+            out.append(Claim(key, text, paper, meas, treatment, control, MARGINS[meas], rs=key == "rs-tis-acc"))
     return out
 
 
@@ -273,12 +282,17 @@ class RegimeRuns:
     """One regime's Countdown runs of a plan: names, measures and facts by method (run name without
     its seed and regime prefix) and seed; each run's facts read once."""
 
-    def __init__(self, plan, prefix: str, eval_dir: Path, runs_dir: Path) -> None:
+    def __init__(self, plan, prefix: str, eval_dir: Path, runs_dir: Path, missing: frozenset[str] = frozenset()) -> None:
         self.plan, self.prefix, self.eval_dir, self.runs_dir = plan, prefix, eval_dir, runs_dir
+        self.missing = missing
         self._facts: dict[str, dict[int, m.RunFacts]] = {}
 
     def names(self, method: str) -> list[str]:
-        return [n for n, r in self.plan.runs.items() if r.task == "countdown" and r.method == self.prefix + method]
+        return [
+            n
+            for n, r in self.plan.runs.items()
+            if r.task == "countdown" and r.method == self.prefix + method and n not in self.missing
+        ]
 
     def measure(self, measure: str, method: str) -> dict[int, m.Measured]:
         splits = self.plan.spec.countdown_splits
@@ -307,21 +321,33 @@ def regime_rows(runs: RegimeRuns, regime: str, claims: list[Claim]) -> list[Row]
         except m.TooShortError:
             continue
         grpo = runs.facts("grpo") if runs.names("grpo") else {}
-        rows.append(paired_row(claim, regime, values, {x: runs.facts(x) for x in methods}, grpo))
+        rows += paired_rows(claim, regime, values, {x: runs.facts(x) for x in methods}, grpo)
     return rows
 
 
-def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> list[Row]:
+def missing_runs(plan, eval_dir: Path, runs_dir: Path) -> list[str]:
+    """The preset's Countdown runs whose training (final.json) or evaluation (countdown.json) is absent."""
+    return [
+        n
+        for n, r in plan.runs.items()
+        if r.task == "countdown"
+        and not ((Path(runs_dir) / n / "final.json").is_file() and (Path(eval_dir) / n / "countdown.json").is_file())
+    ]
+
+
+def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None, missing: list[str] | None = None) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files; each
-    claim's primary row marked and the primary rows Holm-corrected."""
+    claim's primary row marked and the pre-registered primary family Holm-corrected; every row's MDE
+    from the SD pooled over its measure and regime; every row interim when ``missing`` names runs."""
     total = plan.spec.rl().schedule.total_steps
     regimes = [("natural", "", total)] + [
         (r, f"{r}-", plan.spec.rl(regime=r).schedule.total_steps) for r in REGIMES if plan.spec.has(r)
     ]
+    absent = frozenset(missing or ())
     rows: list[Row] = []
     for regime, prefix, steps in regimes:
         claims = paper_claims(plan.default_gamma, steps) + mismatch_claims(plan.default_gamma)
-        rows += regime_rows(RegimeRuns(plan, prefix, Path(eval_dir), Path(runs_dir)), regime, claims)
+        rows += regime_rows(RegimeRuns(plan, prefix, Path(eval_dir), Path(runs_dir), absent), regime, claims)
     if bench_file is not None:
         data = json.loads(Path(bench_file).read_text())
         ratios = data.get("rs_throughput_ratio_per_step")
@@ -332,14 +358,27 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None) -> li
         claim = next(c for c in paper_claims(plan.default_gamma, total) if c.measure == "throughput")
         rows.append(judge(claim, "benchmark", [float(x) - claim.threshold for x in ratios], 0.0, seeds=False))
     names = [r for r, _, _ in regimes]
-    primary = {
-        i
-        for i, r in enumerate(rows)
-        if r.claim.key in PRIMARY
-        and r.claim.measure == PRIMARY[r.claim.key][0]
-        and r.regime == primary_regime(r.claim.key, names)
-    }
-    return apply_holm(rows, primary)
+    family = plan.spec.primary_claims or list(PRIMARY)
+    unknown = [k for k in family if k not in PRIMARY]
+    if unknown:
+        raise ValueError(f"primary_claims: unknown claim key(s) {unknown}; choose from {sorted(PRIMARY)}")
+    primary: dict[str, int | None] = {key: None for key in family}
+    for i, r in enumerate(rows):
+        key = r.claim.key
+        if key in primary and r.kind == "verdict" and r.claim.measure == PRIMARY[key][0]:
+            if r.regime == primary_regime(key, names):
+                primary[key] = i
+    rows = apply_holm(rows, primary)
+    pooled: dict[tuple[str, str], float] = {}
+    paired = [r for r in rows if r.seeds and r.kind in ("verdict", "equivalence")]  # the seeds' paired differences
+    for key in {(r.claim.measure, r.regime) for r in paired}:
+        pooled[key] = pooled_sd([(r.est.sd, r.n) for r in paired if (r.claim.measure, r.regime) == key])
+    from dataclasses import replace
+
+    return [
+        replace(r, mde_sd=pooled.get((r.claim.measure, r.regime), r.est.sd) if r.seeds else r.est.sd, interim=bool(absent))
+        for r in rows
+    ]
 
 
 # ---------------------------------------------------------------------------- the table
@@ -349,26 +388,38 @@ def _num(x: float, fmt: str = "+.2f") -> str:
     return "–" if not math.isfinite(x) else format(x, fmt)
 
 
+def role(r: Row) -> str:
+    if r.kind == "check":
+        return "check"
+    if r.kind == "equivalence":
+        return "equivalence (exploratory)"
+    return "primary" if r.primary else "exploratory"
+
+
 def format_rows(rows: list[Row]) -> list[tuple[str, list[str]]]:
     out = []
     for r in rows:
-        ci = f"[{r.est.low:+.2f}, {r.est.high:+.2f}]" if math.isfinite(r.est.low) else "–"
+        level = "90% CI " if r.kind == "equivalence" else ""
+        ci = f"{level}[{r.est.low:+.2f}, {r.est.high:+.2f}]" if math.isfinite(r.est.low) else "–"
         if r.est.floored:
             ci += " *"
+        n = str(r.n) if r.seeds else f"{r.n} steps of one process"
+        mde_text = f"{r.mde:.2f} (n={r.n})" if math.isfinite(r.mde) else "–"
+        p = f"{r.test} {r.p_holm:.3f}" if r.primary and r.test else ("1 (untested)" if r.primary else "–")
         out.append(
             (
                 r.claim.text,
                 [
                     r.claim.paper,
                     r.regime,
-                    "primary" if r.primary else "exploratory",
+                    role(r),
                     effect_text(r.claim),
-                    str(r.n),
+                    n,
                     _num(r.mean),
                     ci,
-                    _num(r.mde, ".2f"),
+                    mde_text,
                     f"{r.claim.margin:g}",
-                    _num(r.p_holm, ".3f") if r.primary else "–",
+                    p,
                     r.verdict_text,
                 ],
             )
@@ -383,6 +434,7 @@ def summary(rows: list[Row]) -> dict:
                 "claim": r.claim.key,
                 "measure": r.claim.measure,
                 "regime": r.regime,
+                "kind": r.kind,
                 "primary": r.primary,
                 "mean": r.mean,
                 "low": r.est.low,
@@ -391,10 +443,13 @@ def summary(rows: list[Row]) -> dict:
                 "floored": r.est.floored,
                 "n": r.n,
                 "mde": r.mde,
+                "mde_sd": r.mde_sd,
                 "p_holm": r.p_holm,
+                "test": r.test,
                 "verdict": r.verdict,
                 "why": r.why,
                 "provisional": r.provisional,
+                "interim": r.interim,
             }
             for r in rows
         ]
@@ -404,9 +459,13 @@ def summary(rows: list[Row]) -> dict:
 def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: str | Path | None = None):
     from rspo.report.tables import Cell, Table
 
-    rows = collect(plan, Path(eval_dir), Path(runs_dir), Path(bench_file) if bench_file else None)
+    missing = missing_runs(plan, Path(eval_dir), Path(runs_dir))
+    rows = collect(plan, Path(eval_dir), Path(runs_dir), Path(bench_file) if bench_file else None, missing)
     if not rows:
-        raise ValueError(f"preset {plan.name!r}: no claim has runs of both its methods")
+        raise ValueError(
+            f"preset {plan.name!r}: no claim has runs of both its methods"
+            + (f" ({len(missing)} of the preset's runs are missing: {', '.join(missing[:6])}...)" if missing else "")
+        )
     columns = ["Paper", "Regime", "Role", "Effect", "n", "Mean", "95% CI", "MDE", "Margin", "p (Holm)", "Verdict"]
     table_rows = [(label, [Cell(text=c) for c in cells]) for label, cells in format_rows(rows)]
     overlays = "".join(
@@ -414,7 +473,17 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         for r, why in REGIMES.items()
         if plan.spec.has(r)
     )
+    interim = (
+        [
+            f"INTERIM: {len(missing)} of the preset's {sum(1 for r in plan.runs.values() if r.task == 'countdown')} "
+            f"Countdown runs are missing ({', '.join(missing)}); every row is computed from the runs present and "
+            "carries no verdict."
+        ]
+        if missing
+        else []
+    )
     notes = [
+        *interim,
         RULE,
         "* = the interval's SD is the noise floor (the seeds' differences spread less than one difference's "
         "own noise). Effects: train reward = mean training reward (sampled at the rollout temperature) of the "
@@ -428,7 +497,8 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         "trends use the steps before a run's collapse. Beyond the paper: routing agreement = mean over steps of "
         "the share of (token, MoE layer) whose top-k experts agree between engine and trainer; engine-trainer k3 "
         "KL = log2 of its mean over steps (rspo/report/measures.py).",
-        "n = seeds with both runs (benchmark: measured steps). Regimes: natural = the preset's rl section"
+        "n = seeds with both runs (benchmark: measured steps of one process, not seeds). Regimes: natural = the "
+        "preset's rl section"
         + overlays
         + ".",
         f"Preset {plan.name}. The paper's claims are at 30B-parameter scale; a verdict here is about this scale, "

@@ -8,11 +8,11 @@ sentinel number).
 Outcomes (points are percentages):
 
 - ``reward``: mean training reward (``critic/score/mean``, sampled at the rollout temperature) over
-  the last third of the run's steps: the outcome the paper plots for Countdown (Fig. 1). Noise: a
-  block bootstrap of that mean.
+  the last third of the run's steps: the outcome the paper plots for Countdown (Fig. 1). Noise: the
+  block jackknife of that mean (batch means of 5 steps; rspo.report.inference).
 - ``reward_drop``: how far the run fell from its own best: the best minus the last of its
-  consecutive ``DROP_WINDOW``-step means of the training reward. Noise: the standard errors of the
-  two window means combined.
+  consecutive ``DROP_WINDOW``-step means of the training reward. Noise: the block jackknife of the
+  drop (a pair of same-seed runs: of the difference of their drops, step by step).
 - ``acc``: greedy accuracy of the final checkpoint on the preset's held-out splits pooled (problems
   weighted equally; eval/<run>/countdown.json, whose per-problem ``scores`` pair two runs for the
   McNemar noise of a difference). Noise of one run: binomial.
@@ -31,7 +31,8 @@ reverses the sign) and undefined with fewer than ``MIN_TREND_STEPS``:
 - ``agreement``: the mean over steps of ``rollout_corr/routing_agreement`` (points);
 - ``mismatch_kl``: log2 of the mean over steps of ``rollout_corr/k3_kl`` (undefined where it is 0:
   an engine that equals the trainer).
-Noise of a trend: a block bootstrap of the same statistic over the same steps.
+Noise of a trend: the delete-one-block jackknife of the same statistic over the same steps (no
+random numbers: rspo.report.inference).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rspo.report.inference import block_bootstrap_sd, mcnemar_sd
+from rspo.report.inference import block_jackknife_sd, mcnemar_sd
 
 TREND_MEASURES = ("gamma_fall", "gclip_rise", "kl_vol_growth", "clip_vol_growth", "kl_vol", "agreement", "mismatch_kl")
 OUTCOMES = ("reward", "reward_drop", "acc", "steps")
@@ -93,6 +94,10 @@ class RunFacts:
     """Smallest per-step mean router-shift ratio."""
     max_gamma_clip: float
     """Largest per-step share of tokens under gamma_min."""
+    mean_gamma: float = math.nan
+    """Mean over steps of the per-step mean router-shift ratio (how much RS weights, over the run)."""
+    mean_gamma_clip: float = math.nan
+    """Mean over steps of the share of response tokens under gamma_min (where RS's weight is floored)."""
 
 
 # ---------------------------------------------------------------------------- reading run files
@@ -137,6 +142,8 @@ def run_facts(run_dir: Path) -> RunFacts:
         reward_late=100 * statistics.fmean(reward[-late:]) if reward else math.nan,
         min_gamma=min(gamma) if gamma else math.nan,
         max_gamma_clip=max(clip) if clip else math.nan,
+        mean_gamma=statistics.fmean(gamma) if gamma else math.nan,
+        mean_gamma_clip=statistics.fmean(clip) if clip else math.nan,
     )
 
 
@@ -165,7 +172,7 @@ def late_reward(metrics_path: Path) -> Measured:
     if len(values) < MIN_TREND_STEPS:
         raise TooShortError(f"{metrics_path}: {len(values)} training steps; the late reward needs {MIN_TREND_STEPS}")
     late = [100 * v for v in values[-max(1, round(len(values) * LATE_FRACTION)) :]]
-    noise = block_bootstrap_sd(len(late), lambda idx: statistics.fmean(late[i] for i in idx))
+    noise = block_jackknife_sd(len(late), lambda idx: statistics.fmean(late[i] for i in idx))
     value = statistics.fmean(late)
     return Measured(value, noise, level=value, samples=tuple(late))
 
@@ -180,6 +187,22 @@ def _drop(values: list[float]) -> float:
     return max(means) - means[0]
 
 
+def _drop_at(values: list[float], idx: list[int]) -> float:
+    """``_drop`` with each window's mean over the steps of ``idx`` in it (``values`` whole windows)."""
+    k = len(values) // DROP_WINDOW
+    kept = [[values[i] for i in idx if i // DROP_WINDOW == w] for w in range(k)]
+    means = [statistics.fmean(x) for x in reversed(kept) if x]
+    return max(means) - means[0] if len(means) == k else math.nan
+
+
+def drop_noise(a: list[float], b: list[float] | None = None) -> float:
+    """The block jackknife of a drop (of ``a``) or of a pair's difference of drops (``a`` - ``b``, the
+    same steps: same-seed runs share each step's prompts), blocks of 5 steps inside the windows."""
+    if b is None:
+        return block_jackknife_sd(len(a), lambda idx: _drop_at(a, idx))
+    return block_jackknife_sd(len(a), lambda idx: _drop_at(a, idx) - _drop_at(b, idx))
+
+
 def reward_drop(metrics_path: Path) -> Measured:
     """How far the training reward fell from its best DROP_WINDOW-step mean to its last (points)."""
     _, values = series(metrics_path, "critic/score/mean")
@@ -187,22 +210,8 @@ def reward_drop(metrics_path: Path) -> Measured:
     if k < 2:
         raise TooShortError(f"{metrics_path}: {len(values)} training steps; a drop needs {2 * DROP_WINDOW}")
     windowed = [100 * v for v in values[len(values) - k * DROP_WINDOW :]]
-    noise = _window_bootstrap_sd([windowed], lambda runs: _drop(runs[0]))
+    noise = drop_noise(windowed)
     return Measured(_drop(windowed), noise, level=statistics.fmean(windowed[-DROP_WINDOW:]), samples=tuple(windowed))
-
-
-def _window_bootstrap_sd(runs: list[list[float]], stat, reps: int = 400, seed: int = 0) -> float:
-    """SD of ``stat(runs)`` when the steps of every DROP_WINDOW-step window are resampled with
-    replacement, the same positions in every run (runs aligned by step: a paired resample)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    n = len(runs[0])
-    out = []
-    for _ in range(reps):
-        idx = (rng.integers(0, DROP_WINDOW, size=n) + np.arange(n) // DROP_WINDOW * DROP_WINDOW).tolist()
-        out.append(stat([[r[i] for i in idx] for r in runs]))
-    return statistics.stdev(out)
 
 
 def steps_to_collapse(final_path: Path) -> Measured:
@@ -273,23 +282,23 @@ def trend_measure(measure: str, run_dir: Path) -> Measured:
     value = stat(xs, ys)
     if not math.isfinite(value):
         return undefined(why or "undefined")
-    noise = block_bootstrap_sd(len(xs), lambda idx: stat([xs[i] for i in idx], [ys[i] for i in idx]))
+    noise = block_jackknife_sd(len(xs), lambda idx: stat([xs[i] for i in idx], [ys[i] for i in idx]))
     return Measured(value, noise)
 
 
 def pair_noise(measure: str, a: Measured, b: Measured) -> float:
     """SD of ``a.value - b.value`` from within-run noise alone, for two runs of the same seed. Where
     both carry aligned samples, the noise is that of the paired difference (same problems: McNemar;
-    same steps, whose prompts same-seed runs share: a bootstrap of the per-step differences), which
-    is far below the two runs' own noises combined; otherwise those combined."""
+    same steps, whose prompts same-seed runs share: the block jackknife of the mean per-step
+    difference), which is far below the two runs' own noises combined; otherwise those combined."""
     if a.samples and len(a.samples) == len(b.samples):
         if measure == "acc":
             return mcnemar_sd(a.samples, b.samples)
         if measure == "reward":
             d = [x - y for x, y in zip(a.samples, b.samples)]
-            return block_bootstrap_sd(len(d), lambda idx: statistics.fmean(d[i] for i in idx))
+            return block_jackknife_sd(len(d), lambda idx: statistics.fmean(d[i] for i in idx))
         if measure == "reward_drop":
-            return _window_bootstrap_sd([list(a.samples), list(b.samples)], lambda r: _drop(r[0]) - _drop(r[1]))
+            return drop_noise(list(a.samples), list(b.samples))
     return math.hypot(a.noise, b.noise)
 
 
