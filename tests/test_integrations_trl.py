@@ -236,6 +236,21 @@ def test_the_plugin_loss_and_gradients_equal_compute_policy_loss(tmp_path, arch,
     assert log["router/shift_clipfrac"] == pytest.approx(metrics["router/shift_clipfrac"], abs=1e-6)
 
 
+def engine_batch(tmp_path, algo: str, seed: int, scale: float):
+    """A trainer (RS, gamma_min 0.95) after its old pass on the fixed batch, the old pass's router
+    logits, and an engine's log-probs: the old ones plus ``scale`` x N(0, 1) noise (seeded)."""
+    trainer = make_trainer(tmp_path, "qwen3_moe", algo, gamma_min=0.95)
+    trainer.current_gradient_accumulation_steps = 1
+    batch = fixed_batch()
+    inputs = old_pass(trainer, batch)
+    with torch.no_grad():
+        _, old_logits = our_forward(trainer.model, batch, detach=True)
+    m = batch["completion_mask"].bool()
+    noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(seed))
+    engine = torch.where(m, inputs["old_per_token_logps"] + scale * noise, torch.zeros(()))
+    return trainer, batch, inputs, old_logits, engine
+
+
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "gmpo"])
 def test_trls_own_vllm_correction_works_beside_rs(tmp_path, algo):
     """TRL's importance-sampling correction of vLLM's rollouts (token_truncate, C = 2) on beside RS: the
@@ -243,16 +258,9 @@ def test_trls_own_vllm_correction_works_beside_rs(tmp_path, algo):
     the clip; for GSPO and GMPO the response's mean of omega), and differs from RS alone. GMPO: TRL's
     GMPOTrainer applies none; RSPOTrainer does (rspo.integrations.trl)."""
     _, _, _, eps, eps_high = OBJECTIVES[algo]
-    trainer = make_trainer(tmp_path, "qwen3_moe", algo, gamma_min=0.95)
-    trainer.current_gradient_accumulation_steps = 1
+    trainer, batch, inputs, old_logits, engine = engine_batch(tmp_path, algo, seed=3, scale=0.8)
     trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True  # what use_vllm=True sets
-    batch = fixed_batch()
-    inputs = old_pass(trainer, batch)
-    with torch.no_grad():
-        _, old_logits = our_forward(trainer.model, batch, detach=True)
     m = batch["completion_mask"].bool()
-    noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(3))
-    engine = torch.where(m, inputs["old_per_token_logps"] + 0.8 * noise, torch.zeros(()))  # the engine's log-probs
     inputs["importance_sampling_ratio"] = torch.exp(inputs["old_per_token_logps"] - engine).clamp(max=2.0) * m
     perturb(trainer.model)
     loss = trainer._compute_loss(trainer.model, inputs)
@@ -270,16 +278,9 @@ def test_rspo_trainer_applies_trls_other_correction_modes_as_compute_policy_loss
     rspo.losses' omega of the same mode and bounds; and with the correction off the loss is RS's alone,
     whatever ratio the batch carries."""
     _, _, _, eps, eps_high = OBJECTIVES["gmpo"]
-    trainer = make_trainer(tmp_path, "qwen3_moe", "gmpo", gamma_min=0.95)
-    trainer.current_gradient_accumulation_steps = 1
-    batch = fixed_batch()
-    inputs = old_pass(trainer, batch)
-    with torch.no_grad():
-        _, old_logits = our_forward(trainer.model, batch, detach=True)
-    m = batch["completion_mask"].bool()
-    noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(5))
     scale = 0.8 if mode == "token_mask" else 0.15  # sequence ratios: some responses inside [lo, C], some not
-    engine = torch.where(m, inputs["old_per_token_logps"] + scale * noise, torch.zeros(()))
+    trainer, batch, inputs, old_logits, engine = engine_batch(tmp_path, "gmpo", seed=5, scale=scale)
+    m = batch["completion_mask"].bool()
     lo, hi = 0.5, 2.0
     diff = (inputs["old_per_token_logps"] - engine) * m  # TRL: masked difference, then its mode
     ratio = torch.exp(diff.sum(-1, keepdim=True) if mode.startswith("sequence") else diff)
