@@ -1,4 +1,5 @@
-"""`python -m rspo archive pack|unpack|verify`: a preset's run files as a compact, checksummed archive.
+"""`python -m rspo archive pack|unpack|verify|merge`: a preset's run files as a compact, checksummed
+archive; a study run in pieces (``pack --seeds``) merged into one (``merge``).
 
 An archive lets someone without the compute (or a colleague without a GPU) rebuild every table and
 figure of a study and browse its runs in MLflow, from exactly the files the report rules read:
@@ -20,6 +21,13 @@ manifest holds the format and its version, the preset's name and digest (rspo.pl
 and evaluations it holds, and per file its path, rows (lines), bytes and sha256, plus the data
 files the runs used (name, rows, sha256: what MLflow's dataset inputs record; the data
 themselves are not shipped, ``rspo generate`` rebuilds them).
+
+A study too long for one machine runs in pieces split by seed (both arms of a paired difference run
+on the same machine): each piece is packed with ``--seeds``; its manifest records the seeds, the
+commit and the base model's weights (``bases``: sha256 of each base pretrained here, where the
+weights are in the results). ``merge`` builds one archive from pieces and refuses pieces of
+different studies (preset name, digest, grid selection), from different bases, a run present in two
+pieces, or two versions of one shared file.
 
 ``unpack`` checks everything before it writes anything: the format and version, that the archive
 is of this preset (name and digest), the bundle's size and sha256, each member's tar header against
@@ -144,6 +152,37 @@ def unpacked_preset(results: str | Path, name: str) -> Path | None:
     return own_preset(source, name) if source else None
 
 
+def _bundle(members: dict[str, Path], mtimes: dict[str, int] | None = None) -> tuple[bytes, list[dict[str, Any]]]:
+    """The xz tar of ``members`` (archive path -> file), sorted by path, and their manifest entries;
+    each member's mtime is ``mtimes``' or its file's (when the job wrote it: mlflow-sync's run times)."""
+    entries = []
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=9) as tar:
+        for rel in sorted(members):
+            data = members[rel].read_bytes()
+            mtime = (mtimes or {}).get(rel, int(members[rel].stat().st_mtime))
+            entries.append(
+                {"path": rel, "rows": _rows(data), "bytes": len(data), "sha256": _sha256(data), "mtime": mtime}
+            )
+            info = tarfile.TarInfo(rel)
+            info.size, info.mtime, info.mode = len(data), mtime, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue(), entries
+
+
+def base_digests(plan, results: Path) -> dict[str, str]:
+    """{base folder: sha256 of its weights} of the bases pretrained here whose weights are in
+    ``results`` (what a piece of a study started from; pieces from other bases are not merged)."""
+    out = {}
+    for task in plan.tasks:
+        if plan.hub_model(task):
+            continue
+        weights = results / "models" / plan.base_dir(task) / "model.safetensors"
+        if weights.is_file():
+            out[plan.base_dir(task)] = _file_sha256(weights)
+    return out
+
+
 def pack(
     plan,
     results: str | Path,
@@ -152,25 +191,14 @@ def pack(
     preset_file: str | Path | None = None,
 ) -> dict[str, Any]:
     """Write ``out/archive.json`` and ``out/runs.tar.xz`` from ``results`` (results/<preset>), and
-    ``out/<preset>.yaml``, a copy of ``preset_file`` (the preset the runs were made from), when given."""
+    ``out/<preset>.yaml``, a copy of ``preset_file`` (the preset the runs were made from), when given.
+    A plan with a selection of seeds packs a piece of the study (``merge`` joins pieces)."""
     from rspo.plan import preset_digest
     from rspo.tracking import git_commit
 
     results = Path(results)
     members = members_of(plan, results, Path(trials) if trials else None)
-    entries = []
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=9) as tar:
-        for rel in sorted(members):
-            data = members[rel].read_bytes()
-            mtime = int(members[rel].stat().st_mtime)  # when the job wrote it (mlflow-sync's run times)
-            entries.append(
-                {"path": rel, "rows": _rows(data), "bytes": len(data), "sha256": _sha256(data), "mtime": mtime}
-            )
-            info = tarfile.TarInfo(rel)
-            info.size, info.mtime, info.mode = len(data), mtime, 0o644
-            tar.addfile(info, io.BytesIO(data))
-    bundle = buf.getvalue()
+    bundle, entries = _bundle(members)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -188,6 +216,7 @@ def pack(
         "bundle": {"file": BUNDLE, "bytes": len(bundle), "sha256": _sha256(bundle)},
         "members": entries,
         "datasets": _datasets(members, results),
+        "bases": base_digests(plan, results),
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -374,6 +403,103 @@ def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dic
             tmp.rename(dst)  # a member exists whole or not at all
     (into / MANIFEST).write_text(json.dumps({**m, "source": str(archive.resolve())}, indent=1) + "\n")
     return m
+
+
+# ---------------------------------------------------------------------------- pieces
+
+
+def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
+    """One archive in ``out`` from archives of pieces of one study (``pack`` with a seed selection),
+    each checked whole first: refused when the pieces come from other presets or other versions of
+    one (name, digest, grid selection), from other base models (``bases``: the weights' sha256), when
+    a run is in two pieces, or when two pieces hold different bytes under one path (the base model's
+    evaluation, bench.json). The merged manifest lists each piece (seeds, commit, when packed); the
+    preset copy of the first piece is kept."""
+    import shutil
+    import tempfile
+
+    if len(pieces) < 2:
+        raise ArchiveError("merge needs two pieces or more")
+    manifests = [(Path(p), read_manifest(p)) for p in pieces]
+    first_path, first = manifests[0]
+    for path, m in manifests[1:]:
+        for key in ("preset", "preset_digest", "full", "families"):
+            if m.get(key) != first.get(key):
+                raise ArchiveError(
+                    f"{path} and {first_path} are pieces of different studies: {key} {m.get(key)!r} vs {first.get(key)!r}"
+                )
+        bases = m.get("bases") or {}
+        for base, digest in (first.get("bases") or {}).items():
+            if base in bases and bases[base] != digest:
+                raise ArchiveError(
+                    f"{path} and {first_path} started from different base models ({base}: weights sha256 "
+                    f"{bases[base][:12]} vs {digest[:12]}): their paired runs are not one study"
+                )
+    owner: dict[str, Path] = {}
+    for path, m in manifests:
+        for run in m["runs"]:
+            if run in owner:
+                raise ArchiveError(f"run {run} is in two pieces: {owner[run]} and {path}")
+            owner[run] = path
+    entries: dict[str, dict[str, Any]] = {}
+    for path, m in manifests:
+        for e in m["members"]:
+            seen = entries.get(e["path"])
+            if seen is not None and seen["sha256"] != e["sha256"]:
+                raise ArchiveError(f"the pieces hold different versions of {e['path']} ({path} and another piece)")
+            entries[e["path"]] = e
+    datasets: dict[str, Any] = {}
+    for path, m in manifests:
+        for rel, ds in (m.get("datasets") or {}).items():
+            if rel in datasets and datasets[rel].get("sha256") != ds.get("sha256"):
+                raise ArchiveError(f"the pieces used different data files {rel} ({path} and another piece)")
+            datasets[rel] = ds
+    with tempfile.TemporaryDirectory(prefix="rspo-merge-") as staging:
+        staging = Path(staging)
+        handles: dict[str, Any] = {}
+
+        def sink(rel: str, chunk: bytes) -> None:
+            if rel not in handles:
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                handles[rel] = (staging / rel).open("wb")
+            handles[rel].write(chunk)
+
+        try:
+            for path, m in manifests:  # every member checked against its piece's manifest
+                _stream_members(path, m, sink)
+                for f in handles.values():
+                    f.close()
+                handles.clear()
+        finally:
+            for f in handles.values():
+                f.close()
+        for rel in entries:
+            (staging / rel).touch()  # an empty member has no chunk
+        bundle, merged = _bundle({rel: staging / rel for rel in entries}, {rel: e["mtime"] for rel, e in entries.items()})
+    manifest = {
+        **{k: first[k] for k in ("format", "version", "preset", "preset_digest", "full", "families")},
+        "seeds": sorted({s for _, m in manifests for s in m.get("seeds", [])}),
+        "git_commit": sorted({m.get("git_commit") for _, m in manifests if m.get("git_commit")}),
+        "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pieces": [
+            {"seeds": m.get("seeds"), "git_commit": m.get("git_commit"), "packed": m.get("packed"), "from": str(path)}
+            for path, m in manifests
+        ],
+        "runs": sorted(owner),
+        "evals": sorted({ev for _, m in manifests for ev in m.get("evals", [])}),
+        "bundle": {"file": BUNDLE, "bytes": len(bundle), "sha256": _sha256(bundle)},
+        "members": merged,
+        "datasets": datasets,
+        "bases": {k: v for _, m in manifests for k, v in (m.get("bases") or {}).items()},
+    }
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    kept = own_preset(first_path, first["preset"])
+    if kept is not None:
+        shutil.copyfile(kept, out / kept.name)
+    (out / BUNDLE).write_bytes(bundle)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
 
 
 # ---------------------------------------------------------------------------- command line

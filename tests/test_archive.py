@@ -482,3 +482,75 @@ def test_an_archive_of_a_run_selection_records_it(tmp_path):
     again = Plan(plan.preset, full=m["full"], families=m["families"])
     assert again.runs == plan.runs
     assert main(["pack", "--preset", str(SMOKE), "--families", "routnig", "--out", str(tmp_path / "x")]) == 2
+
+
+def _pieces(tmp_path):
+    """The shipped study unpacked, then packed again as two pieces by seed (0-1 and 2), each with the
+    base model's weights in its results (as a machine that trained it has them)."""
+    from rspo.archive import pack as pack_archive
+    from rspo.archive import unpack as unpack_archive
+    from rspo.plan import Plan
+
+    shipped = ROOT / "docs" / "results" / "small"
+    manifest = json.loads((shipped / "archive.json").read_text())
+    preset_file = shipped / "small.yaml"
+    plan = Plan.from_file(preset_file, families=manifest["families"])
+    results = tmp_path / "results"
+    unpack_archive(shipped, plan.preset, results)
+    (results / "models" / "base" / "model.safetensors").write_bytes(b"the base's weights")
+    out = []
+    for i, seeds in enumerate(([0, 1], [2])):
+        piece = Plan.from_file(preset_file, seeds, families=manifest["families"])
+        trials = results / "trials.jsonl" if i == 0 else None  # the regime trials travel with one piece
+        pack_archive(piece, results, tmp_path / f"piece{i}", trials, preset_file=preset_file)
+        out.append(tmp_path / f"piece{i}")
+    return shipped, manifest, plan, out
+
+
+def test_a_study_packed_in_pieces_by_seed_merges_into_the_archive_of_the_whole(tmp_path):
+    from rspo.archive import merge, unpack, verify
+
+    shipped, manifest, plan, (a, b) = _pieces(tmp_path)
+    ma, mb = json.loads((a / "archive.json").read_text()), json.loads((b / "archive.json").read_text())
+    assert ma["seeds"] == [0, 1] and mb["seeds"] == [2] and ma["preset_digest"] == mb["preset_digest"]
+    assert ma["bases"]["base"] == mb["bases"]["base"]  # the piece records the base it started from
+    merged = merge([a, b], tmp_path / "merged")
+    assert merged["seeds"] == [0, 1, 2] and merged["runs"] == sorted(manifest["runs"])
+    assert [p["seeds"] for p in merged["pieces"]] == [[0, 1], [2]]
+    shipped_members = {e["path"]: e["sha256"] for e in manifest["members"]}
+    assert {e["path"]: e["sha256"] for e in merged["members"]} == shipped_members  # the same files, byte for byte
+    verify(tmp_path / "merged", plan.preset)  # a whole archive of the preset: bundle and members check
+    unpack(tmp_path / "merged", plan.preset, tmp_path / "again")
+    assert (tmp_path / "merged" / "small.yaml").read_bytes() == (shipped / "small.yaml").read_bytes()
+
+
+def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp_path):
+    import shutil
+
+    from rspo.archive import ArchiveError, merge
+
+    _, _, _, (a, b) = _pieces(tmp_path)
+    with pytest.raises(ArchiveError, match=r"run \S+ is in two pieces"):
+        merge([a, a], tmp_path / "twice")
+
+    def altered(src, name, change):
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        m = json.loads((dst / "archive.json").read_text())
+        change(m)
+        (dst / "archive.json").write_text(json.dumps(m))
+        return dst
+
+    other = altered(b, "other_preset", lambda m: m.update(preset_digest="0" * 16))
+    with pytest.raises(ArchiveError, match="pieces of different studies: preset_digest"):
+        merge([a, other], tmp_path / "x")
+    rebased = altered(b, "other_base", lambda m: m["bases"].update(base="f" * 64))
+    with pytest.raises(ArchiveError, match="started from different base models"):
+        merge([a, rebased], tmp_path / "y")
+    bench = next(e for e in json.loads((b / "archive.json").read_text())["members"] if e["path"] == "bench.json")
+    clash = altered(b, "other_bench", lambda m: next(e for e in m["members"] if e["path"] == "bench.json").update(sha256="1" * 64))
+    with pytest.raises(ArchiveError, match="different versions of bench.json"):
+        merge([a, clash], tmp_path / "z")
+    assert bench["sha256"] != "1" * 64
+    with pytest.raises(ArchiveError, match="two pieces or more"):
+        merge([a], tmp_path / "one")

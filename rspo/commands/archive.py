@@ -1,5 +1,6 @@
-"""`python -m rspo archive pack|unpack|verify`: a preset's run files as a compact, checksummed
-archive, or such an archive checked and unpacked into results/<preset> (`rspo.archive`)."""
+"""`python -m rspo archive pack|unpack|verify|merge`: a preset's run files as a compact, checksummed
+archive (of a selection of seeds: a piece of the study), such an archive checked and unpacked into
+results/<preset>, or the pieces of a study merged into one archive (`rspo.archive`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from rspo.archive import ArchiveError, pack, unpack, verify
+from rspo.archive import ArchiveError, merge, pack, unpack, verify
 from rspo.commands import preset_path
 from rspo.config import ConfigError
 
@@ -25,20 +26,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
     p.add_argument("--families", nargs="+", help="these grid families instead of the preset's default_families")
     p.add_argument("--trials", default="", help="also ship this trials.jsonl")
+    p.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="pack these seeds only: a piece of the study (see merge)"
+    )
     u = sub.add_parser("unpack", help="check an archive and write its files into results/<preset>")
     u.add_argument("archive", help="archive folder (holding archive.json)")
     u.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     u.add_argument("--into", default="", help="results folder (default: results/<preset>)")
+    mg = sub.add_parser("merge", help="one archive from the archives of a study's pieces (pack --seeds)")
+    mg.add_argument("pieces", nargs="+", help="archive folders of the pieces")
+    mg.add_argument("--out", required=True, help="the merged archive's folder")
     v = sub.add_parser("verify", help="check an archive against the preset without writing anything")
     v.add_argument("archive")
     v.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     args = ap.parse_args(argv)
+    if args.cmd == "merge":
+        try:
+            m = merge(args.pieces, args.out)
+        except (ArchiveError, OSError) as e:
+            print(f"rspo archive: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps({"archive": args.out, "pieces": len(args.pieces), "runs": len(m["runs"]), "seeds": m["seeds"]}))
+        return 0
     from rspo.plan import Plan
     from rspo.tracking import REPO_ROOT
 
     try:
         plan = Plan.from_file(
-            preset_path(args.preset), None, full=getattr(args, "full", False), families=getattr(args, "families", None)
+            preset_path(args.preset),
+            getattr(args, "seeds", None),
+            full=getattr(args, "full", False),
+            families=getattr(args, "families", None),
         )
         results = REPO_ROOT / "results" / plan.name
         if args.cmd == "pack":
