@@ -1,4 +1,5 @@
-"""`python -m rspo report figure|table <name> ...`: build one paper figure or table from run files.
+"""`python -m rspo report figure|table <name> ...`: build one paper figure or table from run files;
+`python -m rspo report time --runs-dir DIR`: where each run's wall time went, and the sum.
 
     python -m rspo report figure fig4_plugin --preset configs/small.yaml \
         --runs-dir results/small/runs --out results/small/figures/fig4_plugin.pdf   # + .png
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--full", action="store_true", help="the whole grid (presets with default_families)")
     t.add_argument("--families", nargs="+", help="these grid families instead of the preset's default_families")
     t.add_argument("--mlflow", action="store_true", help="also log the table into the preset's MLflow report run")
+    w = sub.add_parser("time", help="where each run's wall time went (final.json's time account), and the sum")
+    w.add_argument("--runs-dir", required=True, help="results/<preset>/runs")
     return ap
 
 
@@ -68,6 +71,11 @@ def log_to_mlflow(plan: Plan, target: str, files: list, built_from: list[str]) -
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.kind == "time":
+        from rspo.report.time_table import format_time_table, run_accounts
+
+        print(format_time_table(run_accounts(args.runs_dir)))
+        return 0
     try:
         plan = Plan.from_file(args.preset, args.seeds, args.full, args.families)
         if args.kind == "figure":

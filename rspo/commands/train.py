@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 memory_plan=planned_phases,
                 # stop cleanly before the job's limit, counted from the job's start, or at SIGUSR1
                 job_limit=(args.time_limit_min * 60, args.stop_margin_min * 60),
+                started=job_process_start(),  # the run's start-up counts from the job's process start
             )
         except ConfigError as e:  # e.g. a batch that does not split over the torchrun processes
             print(f"rspo train: {e}", file=sys.stderr)

@@ -86,6 +86,7 @@ from rspo.train.policy import Policy, TooManyNonFinite
 from rspo.train.rollouts import Rollouts, RunRecords
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
 from rspo.train.step_metrics import StepTimes, mismatch, onpolicy_metrics, step_metrics
+from rspo.train.time_account import TimeAccount
 from rspo.train.time_limit import TimeLimit
 from rspo.train.update import update_step
 
@@ -136,6 +137,7 @@ class Trainer:
         engine: Callable[[Policy, Any], RolloutBackend] | None = None,
         memory_plan=None,
         job_limit: tuple[float, float] | None = None,
+        started: float | None = None,
     ) -> None:
         """``policy`` and ``engine`` are for measuring and simulating the step
         (rspo.gpu_memory.preflight, .simulate): a Policy built by the caller (a given process group
@@ -146,7 +148,9 @@ class Trainer:
         ``planned_phases``; the planner sits above the trainer). ``job_limit`` = (limit_s,
         margin_s): stop cleanly ``margin_s`` before the job's limit, counted from the job's start,
         or when SIGUSR1 arrives (rspo.train.time_limit; the train command passes its flags); none
-        without."""
+        without. ``started``: the wall-clock second the job's process started (its start-up is
+        counted from it: rspo.train.time_account; default: now)."""
+        self.account = TimeAccount(started=time.time() if started is None else started)
         self.cfg = cfg
         self.memory_plan = memory_plan
         self.quiet = quiet  # no progress lines (rspo.progress) when True
@@ -224,10 +228,12 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "collapse": self.collapse.state_dict(),
             "mlflow_run_id": self.tracker.run_id if self.tracker else None,
+            "time_account": self.account.state(),
         }
         t0 = time.perf_counter()
         self.policy.save(self.folder.step_dir(self.step), state)
         self.time_limit.record_save(time.perf_counter() - t0)
+        self.account.add("checkpoint", time.perf_counter() - t0)
         if self.dist.is_main:  # the older ones only once the new one is complete
             self.folder.prune_checkpoints(self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
@@ -238,6 +244,7 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         self.collapse.load_state_dict(state["collapse"])
+        self.account.restore(state.get("time_account"))
         self.step = int(state["step"])
         if self.dist.is_main:  # metric lines written after this checkpoint belong to work that is redone now
             self.folder.truncate_metrics(self.step)
@@ -245,7 +252,9 @@ class Trainer:
 
     def save_final(self, meta: dict[str, Any]) -> None:
         """The final HF checkpoint in the preset's dtype (rspo.train.checkpoint)."""
+        t0 = time.perf_counter()
         self.policy.save_final(self.tokenizer, self.out / "final", meta)
+        self.account.add("final_save", time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ one step
 
@@ -309,7 +318,10 @@ class Trainer:
 
     def validate(self) -> dict[str, float]:
         """Held-out score of every validation set at the current step (rspo.train.rollouts)."""
-        return self.rollouts.validate(self.step)
+        t0 = time.perf_counter()
+        out = self.rollouts.validate(self.step)
+        self.account.add("validation", time.perf_counter() - t0)
+        return out
 
     # ------------------------------------------------------------------ the run
 
@@ -361,6 +373,7 @@ class Trainer:
             f"[train {self.cfg.run_name}] stopped at step {self.step} before the job's time limit; resubmit to resume"
         )
         progress.close()
+        account = self._record_time()
         if self.tracker:
             self.tracker.set_tag("stopped", "time limit")
             self.tracker.set_tag("stopped_at_step", self.step)
@@ -369,7 +382,7 @@ class Trainer:
         # exit 75 makes the agent SIGTERM the others, which left the run RUNNING when rank 0 was still
         # inside the tracker's end
         self.dist.barrier()
-        return {**info, "stopped": "time limit", "steps": self.step}
+        return {**info, "stopped": "time limit", "steps": self.step, "time_account": account}
 
     def run(self) -> dict[str, Any]:
         """The whole run: steps, validation, logging, checkpoints, the final checkpoint and final.json."""
@@ -388,6 +401,7 @@ class Trainer:
             f"train {cfg.run_name}", sc.total_steps, initial=self.step, quiet=self.quiet, enabled=main, every=1
         )
         val_names = list(self.rollouts.val_records)
+        self.account.loop_started()
         try:
             if self.step == 0 and sc.val_every and self.rollouts.val_records:
                 val0 = self.validate()
@@ -400,6 +414,7 @@ class Trainer:
                     return self._stop_for_time_limit(info, progress)
                 t_step = time.perf_counter()
                 metrics = self.train_step()
+                self.account.add_step(metrics)
                 self._after_step(metrics, progress)
                 if (
                     self.rollouts.val_records
@@ -425,6 +440,16 @@ class Trainer:
         progress.close()
         return self._finish(info)
 
+    def _record_time(self) -> dict:
+        """The run's time account (rspo.train.time_account), also as MLflow metrics ``time/<part>_s``."""
+        account = self.account.summary()
+        if self.tracker:
+            values = {f"time/{k}_s": float(v) for k, v in account.items() if k not in ("jobs", "non_step_share")}
+            if account["non_step_share"] is not None:
+                values["time/non_step_share"] = float(account["non_step_share"])
+            self.tracker.log_metrics(values, step=self.step)
+        return account
+
     def _after_step(self, metrics: dict[str, float], progress: Progress) -> None:
         """Collapse detection on the step's metrics (``train/collapse``; tagged in MLflow when it fires)."""
         fired = self.collapse.update(self.step, metrics)
@@ -440,6 +465,7 @@ class Trainer:
         not in memory), the identity's collapse flag, the MLflow run ended."""
         main = self.dist.is_main
         last = self.folder.last_metrics() if main else dict(self._last_logged)
+        account = self._record_time()
         final = {
             **info,
             "collapsed": self.collapse.fired,
@@ -447,6 +473,7 @@ class Trainer:
             "collapse_kind": self.collapse.kind,
             "steps": self.step,
             "final_metrics": last,
+            "time_account": account,
         }
         if main:
             self.folder.write_identity({**info, "collapsed": self.collapse.fired})
