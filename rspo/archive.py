@@ -426,7 +426,8 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
         for key in ("preset", "preset_digest", "full", "families"):
             if m.get(key) != first.get(key):
                 raise ArchiveError(
-                    f"{path} and {first_path} are pieces of different studies: {key} {m.get(key)!r} vs {first.get(key)!r}"
+                    f"{path} and {first_path} are pieces of different studies: "
+                    f"{key} {m.get(key)!r} vs {first.get(key)!r}"
                 )
         bases = m.get("bases") or {}
         for base, digest in (first.get("bases") or {}).items():
@@ -475,7 +476,9 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
                 f.close()
         for rel in entries:
             (staging / rel).touch()  # an empty member has no chunk
-        bundle, merged = _bundle({rel: staging / rel for rel in entries}, {rel: e["mtime"] for rel, e in entries.items()})
+        bundle, merged = _bundle(
+            {rel: staging / rel for rel in entries}, {rel: e["mtime"] for rel, e in entries.items()}
+        )
     manifest = {
         **{k: first[k] for k in ("format", "version", "preset", "preset_digest", "full", "families")},
         "seeds": sorted({s for _, m in manifests for s in m.get("seeds", [])}),

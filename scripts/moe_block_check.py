@@ -14,11 +14,11 @@ the cases timed here are what each layout runs:
 - ``grouped_mm, fp32 weights under bf16 autocast`` (what one_process_mixed avoids: expected to fail).
 
 The block is built from the committed config (rspo/model_configs/Qwen--Qwen3-30B-A3B.json) with
-random weights, one decoder layer and a small vocabulary (nothing downloaded). Time: the
-(wall clock between two synchronisations) around forward + backward of ``--tokens`` tokens, median of ``--repeats`` after two warm-ups. FLOPs:
-the routed experts' three matrix products, 2 * tokens * top_k * 3 * hidden * moe_intermediate
-forward, three times that forward + backward (the router's are under 0.1% and left out). One JSON
-line per case, then a summary line.
+random weights, one decoder layer and a small vocabulary (nothing downloaded). Time: the wall clock
+between two synchronisations around forward + backward of ``--tokens`` tokens, median of
+``--repeats`` after two warm-ups. FLOPs: the routed experts' three matrix products, 2 * tokens *
+top_k * 3 * hidden * moe_intermediate forward, three times that forward + backward (the router's are
+under 0.1% and left out). One JSON line per case, then a summary line.
 
     python scripts/moe_block_check.py [--tokens 16384 --repeats 5]   # scripts/device_checks.sh
 """
@@ -62,15 +62,26 @@ def main() -> int:
     raw = json.loads(CONFIG.read_text())
     if args.experts:
         raw.update(num_experts=args.experts, num_experts_per_tok=min(raw["num_experts_per_tok"], args.experts))
-    config = Qwen3MoeConfig(**{**raw, "num_hidden_layers": 1, "vocab_size": 256, "bos_token_id": None, "eos_token_id": None})
+    config = Qwen3MoeConfig(
+        **{**raw, "num_hidden_layers": 1, "vocab_size": 256, "bos_token_id": None, "eos_token_id": None}
+    )
     torch.manual_seed(0)
     dev = torch.device(args.device)
     with dev:
         model = Qwen3MoeForCausalLM(config)
     default = model.config._experts_implementation
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
-    print(json.dumps({"transformers": transformers.__version__, "torch": torch.__version__,
-                      "gpu": name, "default_experts_implementation": default}), flush=True)
+    print(
+        json.dumps(
+            {
+                "transformers": transformers.__version__,
+                "torch": torch.__version__,
+                "gpu": name,
+                "default_experts_implementation": default,
+            }
+        ),
+        flush=True,
+    )
     if dev.type == "cuda":  # the GPU's practical ceiling: a large bf16 matrix product
         a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
         b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
@@ -116,11 +127,18 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     ok = {(r["experts"], r["weights"]): r for r in rows if r["ok"]}
     g, e, a = ok.get(("grouped_mm", "bfloat16")), ok.get(("eager", "bfloat16")), ok.get(("eager", "float32"))
-    print(json.dumps({
-        "default_experts_implementation": default,
-        "eager_over_grouped_mm_bf16": round(e["seconds"] / g["seconds"], 2) if g and e else None,
-        "one_process_autocast_eager_over_grouped_mm_bf16": round(a["seconds"] / g["seconds"], 2) if g and a else None,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "default_experts_implementation": default,
+                "eager_over_grouped_mm_bf16": round(e["seconds"] / g["seconds"], 2) if g and e else None,
+                "one_process_autocast_eager_over_grouped_mm_bf16": round(a["seconds"] / g["seconds"], 2)
+                if g and a
+                else None,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -548,7 +548,9 @@ def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp
     with pytest.raises(ArchiveError, match="started from different base models"):
         merge([a, rebased], tmp_path / "y")
     bench = next(e for e in json.loads((b / "archive.json").read_text())["members"] if e["path"] == "bench.json")
-    clash = altered(b, "other_bench", lambda m: next(e for e in m["members"] if e["path"] == "bench.json").update(sha256="1" * 64))
+    clash = altered(
+        b, "other_bench", lambda m: next(e for e in m["members"] if e["path"] == "bench.json").update(sha256="1" * 64)
+    )
     with pytest.raises(ArchiveError, match="different versions of bench.json"):
         merge([a, clash], tmp_path / "z")
     assert bench["sha256"] != "1" * 64

@@ -62,7 +62,8 @@ def test_the_diagnosis_claims_come_from_the_runs_metrics(tmp_path):
                 {
                     "critic/score/mean": 0.4 + 0.002 * i,
                     # the +RS runs: γ near 0.98, 2% of tokens at γmin (RS acts), calm otherwise
-                    "router/shift_ratio_mean": 1.0 - (2e-3 * i * (1 + 0.1 * r.seed) if drifts else 0.02 * r.router_shift),
+                    "router/shift_ratio_mean": 1.0
+                    - (2e-3 * i * (1 + 0.1 * r.seed) if drifts else 0.02 * r.router_shift),
                     "router/shift_clipfrac": (5e-4 * i if drifts else 0.02 * r.router_shift),
                     "actor/ppo_kl": 0.01 + swing,
                     "actor/pg_clipfrac": 0.02 + swing,
@@ -105,7 +106,10 @@ def earlier(tmp_path_factory):
     """The 3-seed study docs/results/small ships (until its 5-seed rerun) unpacked."""
     rows = _judged(EARLIER, tmp_path_factory.mktemp("earlier"))  # with the preset it was packed from
     assert {r.n for r in rows if r.regime != "benchmark"} <= {0, 3}  # its seeds 0-2
-    return {(r.claim.key, r.claim.measure, r.regime) + (("equivalence",) if r.kind == "equivalence" else ()): r for r in rows}
+    return {
+        (r.claim.key, r.claim.measure, r.regime) + (("equivalence",) if r.kind == "equivalence" else ()): r
+        for r in rows
+    }
 
 
 DRIFTLESS = (
@@ -219,7 +223,10 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
     assert cells["r3-agreement/agreement/mismatch/check"][role] == "check"
     assert cells["throughput/throughput/benchmark/verdict"][n] == "8 steps of one process"
     assert cells["r3-kl/mismatch_kl/mismatch/verdict"][9] == "sup 0.120"
-    assert cells["gamma-falls/gamma_fall/natural/verdict"][mean] == "–" and cells["gamma-falls/gamma_fall/natural/verdict"][ci] == "–"
+    assert (
+        cells["gamma-falls/gamma_fall/natural/verdict"][mean] == "–"
+        and cells["gamma-falls/gamma_fall/natural/verdict"][ci] == "–"
+    )
     summary = claims.summary(rows)["rows"]
     assert len(summary) == len(rows) and {"mde", "p_holm", "why", "provisional"} <= set(summary[0])
 
@@ -267,7 +274,10 @@ def test_no_verdict_of_the_shipped_runs_draws_a_random_number(tmp_path, monkeypa
     monkeypatch.setattr(np.random, "RandomState", refuse)
     monkeypatch.setattr(random, "Random", refuse)
     rows = _judged(EARLIER, tmp_path)
-    got = {(r.claim.key, r.claim.measure, r.regime) + (("equivalence",) if r.kind == "equivalence" else ()): r.verdict_text for r in rows}
+    got = {
+        (r.claim.key, r.claim.measure, r.regime) + (("equivalence",) if r.kind == "equivalence" else ()): r.verdict_text
+        for r in rows
+    }
     assert got == EARLIER_VERDICTS
 
 
@@ -280,16 +290,27 @@ def test_the_holm_family_is_the_pre_registered_list_whatever_a_table_builds(tmp_
     bench = root / "bench.json"
     full = Plan(preset, seeds=manifest["seeds"], families=["plugin", "mismatch_routing"])
     plugin = Plan(preset, seeds=manifest["seeds"], families=["plugin"])
-    a = {(r.claim.key, r.regime): r.p_holm for r in claims.collect(full, root / "eval", root / "runs", bench) if r.primary}
-    b = {(r.claim.key, r.regime): r.p_holm for r in claims.collect(plugin, root / "eval", root / "runs", bench) if r.primary}
+    a = {
+        (r.claim.key, r.regime): r.p_holm
+        for r in claims.collect(full, root / "eval", root / "runs", bench)
+        if r.primary
+    }
+    b = {
+        (r.claim.key, r.regime): r.p_holm
+        for r in claims.collect(plugin, root / "eval", root / "runs", bench)
+        if r.primary
+    }
     assert set(b) < set(a) and all(a[k] == b[k] for k in b), (a, b)
     assert any(k[1] == "mismatch" for k in a) and not any(k[1] == "mismatch" for k in b)
     narrowed = dict(preset, primary_claims=["rs-gmpo", "r3-kl", "throughput"])
-    rows = claims.collect(Plan(narrowed, seeds=manifest["seeds"], families=manifest["families"]), root / "eval",
-                          root / "runs", bench)
+    rows = claims.collect(
+        Plan(narrowed, seeds=manifest["seeds"], families=manifest["families"]), root / "eval", root / "runs", bench
+    )
     assert sorted(r.claim.key for r in rows if r.primary) == ["r3-kl", "rs-gmpo", "throughput"]
     with pytest.raises(ValueError, match="primary_claims: unknown claim key"):
-        claims.collect(Plan(dict(preset, primary_claims=["rs-everything"]), seeds=[0]), root / "eval", root / "runs", None)
+        claims.collect(
+            Plan(dict(preset, primary_claims=["rs-everything"]), seeds=[0]), root / "eval", root / "runs", None
+        )
 
 
 def test_a_table_over_fewer_runs_than_its_preset_names_is_an_interim_table(tmp_path):

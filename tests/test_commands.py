@@ -218,9 +218,14 @@ def test_a_driver_older_than_cuda_13_is_told_apart_from_no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(driver, "driver_version", lambda: "550.54.15")
     usable, line = driver.gpu_check()
-    assert not usable and line.startswith("the NVIDIA driver is older than CUDA 13 needs (found 550.54.15; needs >= 580)")
+    assert not usable and line.startswith(
+        "the NVIDIA driver is older than CUDA 13 needs (found 550.54.15; needs >= 580)"
+    )
     monkeypatch.setattr(driver, "driver_version", lambda: None)
-    assert driver.gpu_check() == (False, "this machine has no GPU (no NVIDIA driver answers: nvidia-smi is missing or fails)")
+    assert driver.gpu_check() == (
+        False,
+        "this machine has no GPU (no NVIDIA driver answers: nvidia-smi is missing or fails)",
+    )
     monkeypatch.setattr(driver, "driver_version", lambda: "580.159.04")
     usable, line = driver.gpu_check()
     assert not usable and "present but torch sees no GPU" in line

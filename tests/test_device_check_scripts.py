@@ -44,9 +44,21 @@ def test_the_moe_block_check_runs_its_cases_and_counts_the_experts_flops():
     raw = json.loads(check.CONFIG.read_text())
     assert check.block_flops(raw, 10) == 3 * 2 * 10 * 8 * 3 * 2048 * 768
     r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "moe_block_check.py"), "--device", "cpu", "--experts", "4",
-         "--tokens", "16", "--repeats", "1"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "moe_block_check.py"),
+            "--device",
+            "cpu",
+            "--experts",
+            "4",
+            "--tokens",
+            "16",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]

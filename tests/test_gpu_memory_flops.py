@@ -12,8 +12,16 @@ def _config():
     from transformers import Qwen3MoeConfig
 
     return Qwen3MoeConfig(
-        vocab_size=100, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=6, num_experts_per_tok=2,
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=6,
+        num_experts_per_tok=2,
     )
 
 

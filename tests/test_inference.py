@@ -120,7 +120,9 @@ def test_non_superiority_and_equivalence_are_the_one_sided_tests_of_the_interval
     assert equivalent([0.2, -0.1, 0.3, 0.1, 0.0], 0.0, 1.0)[0] == "equivalent"
     assert equivalent([3.1, 2.9, 3.2, 3.0], 0.0, 1.0)[0] == "not equivalent"
     word, e90 = equivalent([1.0, -1.0, 0.5], 0.0, 1.0)
-    assert word == "inconclusive" and e90.high - e90.low < interval([1.0, -1.0, 0.5]).high - interval([1.0, -1.0, 0.5]).low
+    assert (
+        word == "inconclusive" and e90.high - e90.low < interval([1.0, -1.0, 0.5]).high - interval([1.0, -1.0, 0.5]).low
+    )
 
 
 def test_the_rules_mde_needs_the_mean_at_the_margin_and_the_family_corrected_test():
@@ -134,4 +136,6 @@ def test_the_rules_mde_needs_the_mean_at_the_margin_and_the_family_corrected_tes
         assert rule_power(2.0, 0.5, n, 1.0) > rule_power(1.5, 0.5, n, 1.0)
     assert rule_mde(0.684, 5, 1.0, 21) > rule_mde(0.684, 5, 1.0, 6) > rule_mde(0.684, 5, 1.0, 1) > 1.0
     assert round(rule_mde(0.684, 5, 1.0, 1), 1) == 1.3 and round(rule_mde(0.809, 5, 1.0, 21), 1) == 3.1
-    assert sd_upper(0.489, 6) == pytest.approx(0.684, abs=0.002) and sd_upper(0.613, 8) == pytest.approx(0.809, abs=0.002)
+    assert sd_upper(0.489, 6) == pytest.approx(0.684, abs=0.002) and sd_upper(0.613, 8) == pytest.approx(
+        0.809, abs=0.002
+    )

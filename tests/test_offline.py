@@ -1,7 +1,8 @@
 """Compute jobs that never reach the network: a task's hub data are fetched once by a local rule
-(`fetch_data`, rspo.fetch_data; read through rspo.data.fetched), and the jobs that read them (prepare, evaluate) run with the hub's
-offline switches set. Here the hub is faked with the shipped fixtures in its exact schemas, and the
-jobs run under a socket guard that fails any connection to a network address."""
+(`fetch_data`, rspo.fetch_data; read through rspo.data.fetched), and the jobs that read them
+(prepare, evaluate) run with the hub's offline switches set. Here the hub is faked with the shipped
+fixtures in its exact schemas, and the jobs run under a socket guard that fails any connection to a
+network address."""
 
 from __future__ import annotations
 
@@ -98,9 +99,18 @@ def test_a_fetched_folder_gives_the_records_the_hub_gives_and_refuses_another_re
 
     code = fetch_task_data("code", tmp_path / "code", train=True, benchmarks=["mbpp", "livecodebench"])
     math = fetch_task_data("math", tmp_path / "math", train=True)
-    assert set(code["files"]) == {"train.primeintellect", "train.taco", "train.lcbv5", "train.leetcode", "mbpp",
-                                  "livecodebench"}
-    assert code["files"]["train.taco"]["revision"] == C.DEEPCODER_REVISION and math["files"]["train.deepscaler"]["rows"] == 4
+    assert set(code["files"]) == {
+        "train.primeintellect",
+        "train.taco",
+        "train.lcbv5",
+        "train.leetcode",
+        "mbpp",
+        "livecodebench",
+    }
+    assert (
+        code["files"]["train.taco"]["revision"] == C.DEEPCODER_REVISION
+        and math["files"]["train.deepscaler"]["rows"] == 4
+    )
     assert C.load_code_train(str(tmp_path / "code"), limit=3, seed=1) == C.load_code_train("hub", limit=3, seed=1)
     assert M.load_math_train(str(tmp_path / "math"), limit=2) == M.load_math_train("hub", limit=2)
     with pytest.raises(FetchedDataError, match="fetched at revision .* was asked for"):
@@ -124,14 +134,19 @@ def test_prepare_and_the_code_benchmarks_read_a_fetched_folder_with_no_network(f
     env = guarded_env(tmp_path)
     probe = subprocess.run(
         [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)"],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert probe.returncode != 0 and "socket guard" in probe.stderr  # the guard is on
     for task, hub in (("code", C.load_code_train("hub")), ("math", M.load_math_train("hub"))):
         out = tmp_path / f"{task}.jsonl"
         r = subprocess.run(
             [sys.executable, "-m", "rspo", "prepare", task, "--out", str(out), "--source", str(tmp_path / task)],
-            env=env, capture_output=True, text=True, cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
         )
         assert r.returncode == 0, r.stderr[-2000:]
         assert _rows(out) == json.loads(json.dumps(hub))
@@ -142,7 +157,7 @@ from rspo.evaluate import benchmarks as B
 from rspo.evaluate.run import code_data_paths
 settings = SimpleNamespace(data_paths=SimpleNamespace(humaneval=None, mbpp=None, livecodebench=None),
                            benchmarks=("humaneval", "mbpp", "livecodebench", "humaneval_plus"))
-paths = code_data_paths(settings, {str(tmp_path / 'code')!r})
+paths = code_data_paths(settings, {str(tmp_path / "code")!r})
 n = {{"humaneval": len(B.load_benchmark("humaneval", path=paths.get("humaneval"))),
      "mbpp": len(B.load_mbpp(paths["mbpp"])), "livecodebench": len(B.load_livecodebench(paths["livecodebench"])),
      "humaneval_plus": len(B.load_evalplus("humaneval_plus", paths["humaneval_plus"]))}}
@@ -150,8 +165,12 @@ print(json.dumps(n))
 """
     r = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"humaneval": 164, "mbpp": 3, "livecodebench": 4,
-                                                             "humaneval_plus": 2}
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "humaneval": 164,
+        "mbpp": 3,
+        "livecodebench": 4,
+        "humaneval_plus": 2,
+    }
 
 
 @pytest.mark.slow
@@ -177,7 +196,9 @@ def test_every_networked_rule_is_local_and_the_compute_jobs_run_offline(fake_hub
     assert {x.split("fetch-data ")[1].split()[0] for x in fetch_lines} == {"math", "code"}
     assert "--train --benchmarks mbpp livecodebench" in next(x for x in fetch_lines if "fetch-data code" in x)
     jobs = [x for x in dry.stdout.splitlines() if "rspo prepare" in x or "rspo evaluate code" in x]
-    assert jobs and all(x.split("Shell command: ")[-1].startswith("HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ") for x in jobs)
+    assert jobs and all(
+        x.split("Shell command: ")[-1].startswith("HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ") for x in jobs
+    )
     assert all("--source hub" not in x for x in jobs)
     assert all("--data-dir results/hub/data/code" in x for x in jobs if "evaluate code" in x)
     local = subprocess.run(
@@ -188,12 +209,19 @@ def test_every_networked_rule_is_local_and_the_compute_jobs_run_offline(fake_hub
     # the local rule's work, done beforehand (the fake hub); then the compute jobs, offline
     fetch_task_data("math", hub / "math", train=True)
     fetch_task_data("code", hub / "code", train=True, benchmarks=["mbpp", "livecodebench"])
-    targets = ["results/smoke_hub/data/math/train.jsonl", "results/smoke_hub/data/code/train.jsonl",
-               "results/smoke_hub/eval/base/code.json"]
+    targets = [
+        "results/smoke_hub/data/math/train.jsonl",
+        "results/smoke_hub/data/code/train.jsonl",
+        "results/smoke_hub/eval/base/code.json",
+    ]
     env = guarded_env(tmp_path)
     r = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *targets, "--config", "preset=smoke_hub"],
-        cwd=ws, env=env, capture_output=True, text=True, timeout=1500,
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     logs = "".join(p.read_text()[-1500:] for p in (ws / "results").rglob("*.log") if "socket guard" in p.read_text())
     assert r.returncode == 0, r.stderr[-3000:] + logs

@@ -114,7 +114,9 @@ def test_bytes_torch_releases_inside_a_phase_are_not_counted_with_what_is_mapped
     total = 80 * GIB
     stats = {"used": 20 * GIB, "reserved": 12 * GIB, "peak_reserved": 12 * GIB}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: stats.update(peak_reserved=stats["reserved"]))
+    monkeypatch.setattr(
+        torch.cuda, "reset_peak_memory_stats", lambda device=None: stats.update(peak_reserved=stats["reserved"])
+    )
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - stats["used"], total))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: stats["reserved"])
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: stats["peak_reserved"])

@@ -54,7 +54,9 @@ def test_a_run_records_its_time_account_in_final_json_and_across_a_resume(tmp_pa
     assert sum(account[p] for p in PARTS) == pytest.approx(account["wall"], rel=1e-3, abs=1e-2)
     r = subprocess.run(
         [sys.executable, "-m", "rspo", "report", "time", "--runs-dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

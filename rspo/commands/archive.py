@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ArchiveError, OSError) as e:
             print(f"rspo archive: {e}", file=sys.stderr)
             return 2
-        print(json.dumps({"archive": args.out, "pieces": len(args.pieces), "runs": len(m["runs"]), "seeds": m["seeds"]}))
+        print(
+            json.dumps({"archive": args.out, "pieces": len(args.pieces), "runs": len(m["runs"]), "seeds": m["seeds"]})
+        )
         return 0
     from rspo.plan import Plan
     from rspo.tracking import REPO_ROOT

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 "the GPU stack (pip install -e '.[gpu]') and run this preflight again to compare the engine with "
                 "the trainer"
                 if result["engine"].startswith("stand-in")
-                else f"the {result['engine']} engine reported no log-probs; the engine was not compared with the trainer"
+                else f"the {result['engine']} engine reported no log-probs; the engine was not compared with the "
+                "trainer"
             )
         )
     else:

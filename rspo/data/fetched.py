@@ -2,9 +2,9 @@
 
 The workflow's ``fetch_data`` rule (a local rule, beside ``fetch_model``: it runs where Snakemake
 runs, a login node with internet where compute nodes have none) fills the folder
-(rspo.fetch_data.fetch_task_data); every compute job then reads it (``rspo prepare TASK --source FOLDER``, ``rspo evaluate code
---data-dir FOLDER``) with the hub's offline switches set. What a folder holds, each file the hub's
-own rows at the pinned revision, unchanged:
+(rspo.fetch_data.fetch_task_data); every compute job then reads it (``rspo prepare TASK --source
+FOLDER``, ``rspo evaluate code --data-dir FOLDER``) with the hub's offline switches set. What a
+folder holds, each file the hub's own rows at the pinned revision, unchanged:
 
 - ``train.deepscaler.jsonl`` (math: DeepScaleR, ``rspo.data.math.DEEPSCALER_REVISION``);
 - ``train.<source>.jsonl`` for each source of the code mix (DeepCoder's primeintellect, taco,

@@ -42,10 +42,10 @@ Exit status of ``rspo preflight``: 0 when the step ran (the memory verdict is pr
 
 The last line is JSON: ``{"preset", "device", "engine", "layers", "fits", "measured": {phase: GiB},
 "planned": {phase: GiB}, "margin_gib", "train_s_estimate", "rollout_s_floor", "step_s_estimate",
-"run_h_estimate", "parity": {"k3_kl",
-"routing_agreement", "threshold", "checked", "ok"}, "update_mfu": {"update_tflops", "update_mfu"} or null}``. The update's
-model-FLOPs utilisation is the second step's update at the cut depth (rspo.gpu_memory.flops: model
-FLOPs of the tokens its updates processed over its time, against the GPU's dense bf16 peak).
+"run_h_estimate", "parity": {"k3_kl", "routing_agreement", "threshold", "checked", "ok"},
+"update_mfu": {"update_tflops", "update_mfu"} or null}``. The update's model-FLOPs utilisation is
+the second step's update at the cut depth (rspo.gpu_memory.flops: model FLOPs of the tokens its
+updates processed over its time, against the GPU's dense bf16 peak).
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def run_stage(stage: str, args) -> None:
         "parity": {k: metrics[k] for k in PARITY_KEYS if k in metrics},
         # what this rank's updates processed, for the update's model-FLOPs utilisation
         "update_tokens": metrics.get("perf/update_tokens_per_s", 0.0) * metrics.get("perf/update_s", 0.0),
-        "update_rows": cfg.schedule.prompts_per_step * cfg.rollout.group_size * cfg.schedule.ppo_epochs
+        "update_rows": cfg.schedule.prompts_per_step
+        * cfg.rollout.group_size
+        * cfg.schedule.ppo_epochs
         / max(1, trainer.dist.world_size),
         "update_s": metrics.get("perf/update_s", 0.0),
     }
@@ -242,7 +244,9 @@ def report(args, world: int) -> dict[str, Any]:
     if device == "cuda" and stages[1].get("update_tokens"):  # the second step's: its kernels warm
         st = stages[1]
         cut_shape = shape_from_config("cut", cut_config, 2)
-        mfu = update_mfu(cut_shape, st["update_tokens"], st["update_rows"], st["update_s"], gpu_named(device_name, gpu_gib))
+        mfu = update_mfu(
+            cut_shape, st["update_tokens"], st["update_rows"], st["update_s"], gpu_named(device_name, gpu_gib)
+        )
     return {
         "preset": Preset.load(args.preset).name,
         "device": device,

@@ -282,7 +282,9 @@ class RegimeRuns:
     """One regime's Countdown runs of a plan: names, measures and facts by method (run name without
     its seed and regime prefix) and seed; each run's facts read once."""
 
-    def __init__(self, plan, prefix: str, eval_dir: Path, runs_dir: Path, missing: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, plan, prefix: str, eval_dir: Path, runs_dir: Path, missing: frozenset[str] = frozenset()
+    ) -> None:
         self.plan, self.prefix, self.eval_dir, self.runs_dir = plan, prefix, eval_dir, runs_dir
         self.missing = missing
         self._facts: dict[str, dict[int, m.RunFacts]] = {}
@@ -335,7 +337,9 @@ def missing_runs(plan, eval_dir: Path, runs_dir: Path) -> list[str]:
     ]
 
 
-def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None, missing: list[str] | None = None) -> list[Row]:
+def collect(
+    plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None, missing: list[str] | None = None
+) -> list[Row]:
     """Every claim in every regime whose runs exist in the plan, from the run and eval files; each
     claim's primary row marked and the pre-registered primary family Holm-corrected; every row's MDE
     from the SD pooled over its measure and regime; every row interim when ``missing`` names runs."""
@@ -376,7 +380,9 @@ def collect(plan, eval_dir: Path, runs_dir: Path, bench_file: Path | None, missi
     from dataclasses import replace
 
     return [
-        replace(r, mde_sd=pooled.get((r.claim.measure, r.regime), r.est.sd) if r.seeds else r.est.sd, interim=bool(absent))
+        replace(
+            r, mde_sd=pooled.get((r.claim.measure, r.regime), r.est.sd) if r.seeds else r.est.sd, interim=bool(absent)
+        )
         for r in rows
     ]
 
@@ -498,9 +504,7 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         "the share of (token, MoE layer) whose top-k experts agree between engine and trainer; engine-trainer k3 "
         "KL = log2 of its mean over steps (rspo/report/measures.py).",
         "n = seeds with both runs (benchmark: measured steps of one process, not seeds). Regimes: natural = the "
-        "preset's rl section"
-        + overlays
-        + ".",
+        "preset's rl section" + overlays + ".",
         f"Preset {plan.name}. The paper's claims are at 30B-parameter scale; a verdict here is about this scale, "
         "this base model and this evaluation set only.",
     ]

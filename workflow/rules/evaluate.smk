@@ -51,7 +51,9 @@ rule evaluate_task:
         preset=PRESET_FILE,
         preset_digest=preset_digest("evaluate"),
         model=lambda wildcards: eval_model(wildcards.name, wildcards.task),
-        data_dir=lambda wildcards, input: f"--data-dir {os.path.dirname(input.fetched)}" if "fetched" in input.keys() else "",
+        data_dir=lambda wildcards, input: (
+            f"--data-dir {os.path.dirname(input.fetched)}" if "fetched" in input.keys() else ""
+        ),
     shell:
         "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m rspo evaluate {wildcards.task} --preset {params.preset} --model {params.model} "
         "{params.data_dir} --out {output} --threads {threads} > {log} 2>&1"
