@@ -3,7 +3,6 @@ workflow's local ``fetch_data`` rule. What the folder holds and how jobs read it
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -11,17 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo.data.fetched import FETCHED_BENCHMARKS, MARKER, FetchedDataError, is_fetched, read_marker
-
-
-def _write_rows(path: Path, rows) -> int:
-    tmp = path.with_suffix(".tmp")
-    n = 0
-    with tmp.open("w") as f:
-        for r in rows:
-            f.write(json.dumps(dict(r), default=str) + "\n")
-            n += 1
-    tmp.replace(path)
-    return n
+from rspo.jsonl import write_json_atomic, write_jsonl_atomic
 
 
 def _copy(src: str | os.PathLike, dst: Path) -> int:
@@ -39,34 +28,30 @@ def fetch_task_data(task: str, out: str | os.PathLike, *, train: bool, benchmark
     from rspo.data import math as M
     from rspo.evaluate import benchmarks as B
 
+    unknown = [b for b in benchmarks if b not in FETCHED_BENCHMARKS]
+    if unknown:  # before anything is downloaded
+        raise FetchedDataError(f"nothing to fetch for benchmark(s) {unknown}; fetched are {list(FETCHED_BENCHMARKS)}")
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     # what an earlier fetch into this folder holds is kept (another preset may read it)
     files: dict[str, dict[str, Any]] = read_marker(folder).get("files", {}) if is_fetched(folder) else {}
     (folder / MARKER).unlink(missing_ok=True)  # the marker says the folder is whole: written last
 
-    def rows(key: str, source: str, revision: str, data) -> None:
+    def hub_table(key: str, repo: str, config: str | None, split: str, revision: str) -> None:
+        """A hub table's rows at ``revision`` (rspo.data.code.hub_rows), as they are, into ``<key>.jsonl``."""
         name = f"{key}.jsonl"
-        files[key] = {"from": source, "revision": revision, "paths": [name], "rows": _write_rows(folder / name, data)}
+        n = write_jsonl_atomic(folder / name, (dict(r) for r in C.hub_rows(repo, config, split, revision, None)), str)
+        files[key] = {"from": f"{repo}:{config or ''}", "revision": revision, "paths": [name], "rows": n}
 
     if task == "math" and train:
-        import datasets
-
-        ds = datasets.load_dataset(M.DEEPSCALER_REPO, split="train", revision=M.DEEPSCALER_REVISION)
-        rows("train.deepscaler", M.DEEPSCALER_REPO, M.DEEPSCALER_REVISION, ds)
+        hub_table("train.deepscaler", M.DEEPSCALER_REPO, None, "train", M.DEEPSCALER_REVISION)
     if task == "code" and train:
         for src in C.CODE_MIX:
             repo, config, revision = C.hub_source(src)
-            rows(f"train.{src}", f"{repo}:{config or ''}", revision, C.hub_rows(repo, config, "train", revision, None))
-    unknown = [b for b in benchmarks if b not in FETCHED_BENCHMARKS]
-    if unknown:
-        raise FetchedDataError(f"nothing to fetch for benchmark(s) {unknown}; fetched are {list(FETCHED_BENCHMARKS)}")
+            hub_table(f"train.{src}", repo, config, "train", revision)
     for name in benchmarks:
         if name == "mbpp":
-            import datasets
-
-            ds = datasets.load_dataset(B.MBPP_REPO, "full", split="test", revision=B.MBPP_REVISION)
-            rows("mbpp", B.MBPP_REPO, B.MBPP_REVISION, ds)
+            hub_table("mbpp", B.MBPP_REPO, "full", "test", B.MBPP_REVISION)
         elif name == "livecodebench":
             paths, n = [], 0
             for src in B.lcb_hub_files(revision=B.LCB_REVISION):
@@ -80,7 +65,5 @@ def fetch_task_data(task: str, out: str | os.PathLike, *, train: bool, benchmark
             files[name] = {"from": f"evalplus {Path(src).name}", "revision": None, "paths": [dst.name]}
             files[name]["rows"] = _copy(src, dst)
     marker = {"task": task, "files": files}
-    tmp = folder / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1))
-    tmp.replace(folder / MARKER)
+    write_json_atomic(marker, folder / MARKER)
     return marker

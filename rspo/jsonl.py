@@ -8,7 +8,7 @@ import gzip
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +68,17 @@ def write_atomic(path: str | os.PathLike, content: str | bytes | Iterable[str]) 
     return out
 
 
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
-    """Write records as JSON lines (UTF-8, not ASCII-escaped) atomically; return how many."""
+def write_jsonl_atomic(
+    path: str | os.PathLike, records: Iterable[dict[str, Any]], default: Callable[[Any], Any] | None = None
+) -> int:
+    """Write records as JSON lines (UTF-8, not ASCII-escaped) atomically; return how many. ``default``:
+    json's, for values it cannot write (a hub table's dates: ``str``)."""
     n = 0
 
     def lines() -> Iterator[str]:
         nonlocal n
         for r in records:
-            yield json.dumps(r, ensure_ascii=False) + "\n"
+            yield json.dumps(r, ensure_ascii=False, default=default) + "\n"
             n += 1
 
     write_atomic(path, lines())

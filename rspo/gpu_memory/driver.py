@@ -5,7 +5,7 @@ CUTLASS DSL), and a CUDA 13 program needs an NVIDIA driver of the 580 series or 
 13.0 release notes: minimum driver 580). Under an older driver torch reports no GPU at all
 (``torch.cuda.is_available()`` is False, with only a warning), which sends a user looking for a
 missing GPU; ``gpu_check`` names the driver instead. The driver's version comes from ``nvidia-smi``
-(present wherever the driver is installed), else from the CUDA driver API through torch.
+(installed with the driver; where it is missing or fails, the machine is taken to have no GPU).
 """
 
 from __future__ import annotations

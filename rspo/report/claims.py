@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from rspo.grid import REGIMES
@@ -377,8 +378,6 @@ def collect(
     paired = [r for r in rows if r.seeds and r.kind in ("verdict", "equivalence")]  # the seeds' paired differences
     for key in {(r.claim.measure, r.regime) for r in paired}:
         pooled[key] = pooled_sd([(r.est.sd, r.n) for r in paired if (r.claim.measure, r.regime) == key])
-    from dataclasses import replace
-
     return [
         replace(
             r, mde_sd=pooled.get((r.claim.measure, r.regime), r.est.sd) if r.seeds else r.est.sd, interim=bool(absent)

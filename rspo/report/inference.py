@@ -78,19 +78,36 @@ def interval(diffs: Sequence[float], floor: float = 0.0, level: float = LEVEL) -
     return Estimate(mean, mean - half, mean + half, n, sd, sample, floor)
 
 
-def _power_integral(effect: float, se: float, df: int, crit: float) -> float:
-    """P(|T| > crit) for T = (Z + effect/se) / sqrt(V/df), V ~ chi2(df), by integrating over V (what
-    the noncentral t gives, where scipy's returns no number)."""
+def _over_sd(f: Callable[[float], float], df: int) -> float:
+    """E[f(S)] for S = sqrt(V / df), V ~ chi2(df): the sample SD over the true one, integrated out."""
     from scipy import integrate, stats
 
-    nc = effect / se
-
-    def inner(v: float) -> float:
-        s = crit * math.sqrt(v / df)
-        return (float(stats.norm.sf(s - nc)) + float(stats.norm.cdf(-s - nc))) * float(stats.chi2.pdf(v, df))
-
-    value, _ = integrate.quad(inner, 0, math.inf, limit=200)
+    value, _ = integrate.quad(lambda v: f(math.sqrt(v / df)) * float(stats.chi2.pdf(v, df)), 0, math.inf, limit=200)
     return value
+
+
+def _power_integral(effect: float, se: float, df: int, crit: float) -> float:
+    """P(|T| > crit) for T = (Z + effect/se) / S, S as in ``_over_sd`` (what the noncentral t gives,
+    where scipy's returns no number)."""
+    from scipy import stats
+
+    nc = effect / se
+    return _over_sd(lambda s: float(stats.norm.sf(crit * s - nc)) + float(stats.norm.cdf(-crit * s - nc)), df)
+
+
+def _smallest_effect(power_of: Callable[[float], float], start: float, target: float) -> float:
+    """The smallest effect >= 0 whose ``power_of`` reaches ``target`` (doubling from ``start``, then
+    bisection; a power that is not a number is an error, never read as reached)."""
+    lo, hi = 0.0, start
+    while power_of(hi) < target:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        got = power_of(mid)
+        if not math.isfinite(got):
+            raise ArithmeticError(f"power at effect {mid} is not a number")
+        lo, hi = (mid, hi) if got < target else (lo, mid)
+    return hi
 
 
 def power(effect: float, sd: float, n: int, level: float = LEVEL) -> float:
@@ -112,17 +129,7 @@ def mde(sd: float, n: int, level: float = LEVEL, target: float = POWER) -> float
     SD ``sd`` detects with probability ``target`` (nan when n < 2 or sd is not > 0)."""
     if n < 2 or not sd > 0 or math.isnan(sd):
         return math.nan
-    se = sd / math.sqrt(n)
-    lo, hi = 0.0, se
-    while power(hi, sd, n, level) < target:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        got = power(mid, sd, n, level)
-        if not math.isfinite(got):
-            raise ArithmeticError(f"power at effect {mid} (sd {sd}, n {n}) is not a number")
-        lo, hi = (mid, hi) if got < target else (lo, mid)
-    return hi
+    return _smallest_effect(lambda effect: power(effect, sd, n, level), sd / math.sqrt(n), target)
 
 
 def rule_power(effect: float, sd: float, n: int, margin: float, family: int = 1, level: float = LEVEL) -> float:
@@ -130,29 +137,17 @@ def rule_power(effect: float, sd: float, n: int, margin: float, family: int = 1,
     ``effect``: its mean reaches ``margin`` AND its one-sided superiority test passes at (1 - level)/2
     after Holm's correction, taken at its strictest (the family's size ``family``, Bonferroni's first
     step); by integrating over the chi-square of the sample SD."""
-    from scipy import integrate, stats
+    from scipy import stats
 
     df = n - 1
     crit = float(stats.t.ppf(1 - (1 - level) / 2 / family, df))
     shift = effect * math.sqrt(n) / sd
-
-    def inner(v: float) -> float:
-        z = max((margin * math.sqrt(n) / sd) - shift, crit * math.sqrt(v / df) - shift)
-        return float(stats.norm.sf(z)) * float(stats.chi2.pdf(v, df))
-
-    value, _ = integrate.quad(inner, 0, math.inf, limit=200)
-    return value
+    return _over_sd(lambda s: float(stats.norm.sf(max(margin * math.sqrt(n) / sd - shift, crit * s - shift))), df)
 
 
 def rule_mde(sd: float, n: int, margin: float, family: int = 1, target: float = POWER) -> float:
     """The smallest true effect the rule calls supported with probability ``target`` (``rule_power``)."""
-    lo, hi = 0.0, max(margin, sd) * 2
-    while rule_power(hi, sd, n, margin, family) < target:
-        hi *= 2
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if rule_power(mid, sd, n, margin, family) < target else (lo, mid)
-    return hi
+    return _smallest_effect(lambda effect: rule_power(effect, sd, n, margin, family), max(margin, sd) * 2, target)
 
 
 def sd_upper(sd: float, df: int, confidence: float = 0.8) -> float:

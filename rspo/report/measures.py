@@ -177,18 +177,9 @@ def late_reward(metrics_path: Path) -> Measured:
     return Measured(value, noise, level=value, samples=tuple(late))
 
 
-def _drop(values: list[float]) -> float:
-    """Best minus last of the consecutive DROP_WINDOW-step means of ``values``, counted back from the
-    last step (whole windows only)."""
-    k = len(values) // DROP_WINDOW
-    means = [
-        statistics.fmean(values[len(values) - (i + 1) * DROP_WINDOW : len(values) - i * DROP_WINDOW]) for i in range(k)
-    ]
-    return max(means) - means[0]
-
-
-def _drop_at(values: list[float], idx: list[int]) -> float:
-    """``_drop`` with each window's mean over the steps of ``idx`` in it (``values`` whole windows)."""
+def _drop_at(values: list[float], idx) -> float:
+    """Best minus last of the consecutive DROP_WINDOW-step means of ``values`` (whole windows), each
+    window's mean over the steps of ``idx`` in it (all of them: the drop itself; fewer: its jackknife)."""
     k = len(values) // DROP_WINDOW
     kept = [[values[i] for i in idx if i // DROP_WINDOW == w] for w in range(k)]
     means = [statistics.fmean(x) for x in reversed(kept) if x]
@@ -211,7 +202,12 @@ def reward_drop(metrics_path: Path) -> Measured:
         raise TooShortError(f"{metrics_path}: {len(values)} training steps; a drop needs {2 * DROP_WINDOW}")
     windowed = [100 * v for v in values[len(values) - k * DROP_WINDOW :]]
     noise = drop_noise(windowed)
-    return Measured(_drop(windowed), noise, level=statistics.fmean(windowed[-DROP_WINDOW:]), samples=tuple(windowed))
+    return Measured(
+        _drop_at(windowed, range(len(windowed))),
+        noise,
+        level=statistics.fmean(windowed[-DROP_WINDOW:]),
+        samples=tuple(windowed),
+    )
 
 
 def steps_to_collapse(final_path: Path) -> Measured:

@@ -269,7 +269,7 @@ def paired_rows(
     kind = "check" if claim.check else "verdict"
     if why:
         rows = [replace(not_testable(claim, regime, why), kind=kind)]
-        if why.startswith("RS inactive") and claim.measure in ("reward", "acc") and len(seeds) >= 2:
+        if why == rs_inactive(claim, facts) and claim.measure in ("reward", "acc") and len(seeds) >= 2:
             rows.append(equivalence_row(claim, regime, values, seeds))
         return rows
     undefined = [

@@ -91,9 +91,8 @@ def with_expandable(settings: str, on: bool) -> str:
 
 def _expandable(settings: str) -> bool:
     """Whether ``settings`` turns expandable segments on (the last mention wins, as torch parses it)."""
-    values = [kv.partition(":")[2] for kv in settings.replace(" ", "").lower().split(",")]
-    keys = [kv.partition(":")[0] for kv in settings.replace(" ", "").lower().split(",")]
-    on = [v == "true" for k, v in zip(keys, values, strict=True) if k == "expandable_segments"]
+    pairs = [kv.partition(":") for kv in settings.replace(" ", "").lower().split(",")]
+    on = [value == "true" for key, _, value in pairs if key == "expandable_segments"]
     return bool(on) and on[-1]
 
 

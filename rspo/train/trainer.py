@@ -232,8 +232,9 @@ class Trainer:
         }
         t0 = time.perf_counter()
         self.policy.save(self.folder.step_dir(self.step), state)
-        self.time_limit.record_save(time.perf_counter() - t0)
-        self.account.add("checkpoint", time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        self.time_limit.record_save(seconds)
+        self.account.add("checkpoint", seconds)
         if self.dist.is_main:  # the older ones only once the new one is complete
             self.folder.prune_checkpoints(self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
