@@ -28,7 +28,7 @@ VSTAMP := $(VVENV)/.installed
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
 	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
-.PHONY: venv venv-vllm sandbox test test-fast test-vllm test-race main main-full main-mismatch figures smoke bench lint mlflow-ui readme-tables clean-venv
+.PHONY: venv venv-vllm sandbox test test-fast test-vllm test-race main main-full main-mismatch base piece figures smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -89,6 +89,28 @@ test-fast: venv sandbox
 
 main: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET)
+
+# The preset's Countdown base pretrained here from scratch (its `pretrain:` section; ~11 min on 2 cores for
+# small) and pinned: copied to the preset's base_model.path and its sha256 rewritten in the preset. Every
+# run trained before no longer matches it (train jobs refuse another base): re-pin only to start a study anew.
+base: venv
+	rm -rf results/$(PRESET)/models/base results/$(PRESET)/models/base.work
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) rebuild_base=true -- results/$(PRESET)/models/base/pretrain.json
+	$(BIN)/python -m rspo base pin --preset configs/$(PRESET).yaml --from results/$(PRESET)/models/base
+
+# One piece of the study (docs/usage.md "A study in pieces"): `make piece SEEDS=0,1` trains and evaluates
+# the preset's runs of these seeds only (both arms of every paired difference), builds the interim tables
+# and packs the piece into $(PIECES)/seeds-0-1 (archive.json with the commit it ran from, runs.tar.xz,
+# tables/); commit that folder, run the next piece anywhere, then `rspo archive merge` the pieces.
+SEEDS ?=
+PIECES ?= docs/results/$(PRESET)-pieces
+comma := ,
+PIECE := $(PIECES)/seeds-$(subst $(comma),-,$(SEEDS))
+piece: venv sandbox
+	@test -n "$(SEEDS)" || { echo "make piece: say which seeds, e.g. make piece SEEDS=0,1"; exit 2; }
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) seeds=[$(SEEDS)]
+	$(BIN)/python -m rspo archive pack --preset $(PRESET) --seeds $(subst $(comma), ,$(SEEDS)) --out $(PIECE)
+	mkdir -p $(PIECE)/tables && cp results/$(PRESET)/tables/* $(PIECE)/tables/
 
 # the whole grid of a preset that names default_families (reuses what `make main` trained)
 main-full: venv sandbox

@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "tokenizer": "rspo.commands.tokenizer:main",
     "pretrain": "rspo.commands.pretrain:main",
     "train": "rspo.commands.train:main",
+    "base": "rspo.commands.base:main",
     "launch": "rspo.commands.launch:main",
     "evaluate": "rspo.commands.evaluate:main",
     "prepare": "rspo.commands.data:prepare_main",
@@ -41,6 +42,7 @@ commands:
   tokenizer    build the Countdown tokenizer
   pretrain     SFT-pretrain a small MoE on Countdown
   train        one RL run (GRPO / GSPO / GMPO, +RS, ablations)
+  base         install, check or re-pin the committed base model a preset pins
   launch       a command in N data-parallel processes under torchrun (exit 75 kept for a time-limit stop)
   evaluate     evaluate a checkpoint: countdown | math | code
   prepare      prepare math / code training data (DeepScaleR, code mix)

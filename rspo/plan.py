@@ -206,11 +206,11 @@ def _method_label(run: Run, default_gamma: float) -> str:
 # archive records the report kind's digest (rspo.archive).
 _SELECTION = {"grid", "default_families", *REGIMES}  # which RL runs exist: read by train and report jobs only
 NOT_READ: dict[str, set[str]] = {
-    "data": {"rl", "eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
+    "data": {"rl", "eval", "resources", "mlflow", "seeds", "threads", "base_model", *_SELECTION},
     "pretrain": {"rl", "eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
     "evaluate": {"resources", "mlflow", "seeds", "threads", *_SELECTION},
     "bench": {"eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
-    "report": {"resources", "mlflow", "threads"},
+    "report": {"resources", "mlflow", "threads", "base_model"},  # an archive records its base's digest itself
 }
 
 

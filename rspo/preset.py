@@ -10,6 +10,7 @@
     preset.pretraining()                 # the `pretrain:` section (a PretrainConfig)
     preset.architecture("math")          # the architecture of a task's model pretrained here
     preset.resources("train")            # `resources.train`: the settings it gives (rspo.plan adds defaults)
+    preset.base_pin                      # `base_model:` (path, sha256) of a committed base, or None
 
 The defaults of the training settings are the dataclasses' of ``rspo.config`` (a value a command
 needs from `rl:` is read from ``rl(...)``, never from the YAML with a default of its own), and the
@@ -32,7 +33,7 @@ from rspo import config as rcfg
 from rspo.config import ConfigError, TrainConfig, build_checked
 from rspo.eval_config import COUNTDOWN_EVAL_SPLITS, build_eval
 from rspo.pretrain_config import ArchConfig, PretrainConfig, build_pretrain
-from rspo.study_config import Mlflow, Prepare, PresetSpec, Resources
+from rspo.study_config import BaseModelPin, Mlflow, Prepare, PresetSpec, Resources
 
 __all__ = ["COUNTDOWN_EVAL_SPLITS", "Preset", "deep_update"]
 
@@ -106,6 +107,17 @@ class Preset:
     def task_overlays(self) -> dict[str, Any]:
         """`tasks:`: task name -> its overlay of the rl section, as written (a copy)."""
         return copy.deepcopy(dict(self.data.get("tasks") or {}))
+
+    @property
+    def base_pin(self) -> BaseModelPin | None:
+        """`base_model:`, the committed Countdown base the study starts from (None: pretrained here)."""
+        return self._typed("base_model", BaseModelPin) if self.data.get("base_model") is not None else None
+
+    @property
+    def root(self) -> Path:
+        """The folder a preset's relative paths start from: the one above the preset file's (the
+        repository root for configs/<name>.yaml); the working directory for a preset without a file."""
+        return self.path.resolve().parent.parent if self.path is not None else Path.cwd()
 
     @property
     def pretrains(self) -> bool:

@@ -25,6 +25,7 @@ from rspo.method import ALGOS, ConfigError
 from rspo.pretrain_config import ArchConfig, PretrainConfig
 
 __all__ = [
+    "BaseModelPin",
     "GRID_FAMILIES",
     "GRID_ROUTING_MODES",
     "METHODS",
@@ -234,6 +235,20 @@ class Resources(Section):
     """Tables, figures and claims."""
 
 
+@dataclass(frozen=True)
+class BaseModelPin(Section):
+    """A committed Countdown base model that the study starts from instead of pretraining it here
+    (rspo.base_pin): pretraining is not bit-identical between CPUs, so a study run in pieces on several
+    machines needs one base. Every train job from it checks the weights' sha256; `make base` rebuilds
+    and re-pins it."""
+
+    path: str = setting(REQUIRED, nonempty=True)
+    """The base's folder (the output of `rspo pretrain`), relative to the repository root (the
+    folder above configs/) or absolute."""
+    sha256: str = setting(REQUIRED, pattern=r"^[0-9a-f]{64}$")
+    """sha256 of the folder's model.safetensors."""
+
+
 # ----------------------------------------------------------------------------- the whole file
 
 
@@ -260,6 +275,9 @@ class PresetSpec(Section):
     """Countdown generator (rspo.data.countdown.CountdownConfig)."""
     pretrain: PretrainConfig | None = None
     """SFT pretraining of the small MoE on Countdown (rspo pretrain)."""
+    base_model: BaseModelPin | None = None
+    """The committed Countdown base (path and sha256) the study starts from instead of pretraining
+    (`make base` rebuilds it from `pretrain:`); unset: pretrained by the workflow."""
     grid: dict[str, Any] | None = setting(None, ref="grid")
     """Which runs the paper's figures and tables need (rspo.grid.expand_grid)."""
     default_families: tuple[str, ...] | None = setting(None, choices=GRID_FAMILIES, noun="grid family")

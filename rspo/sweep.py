@@ -62,6 +62,11 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     for key in ("preset", "work", "bases", "trials"):
         if key not in spec:
             raise SweepError(f"{path}: missing key {key!r}")
+    for name, over in spec["bases"].items():
+        if (over or {}).get("pinned") and set(over) != {"pinned"}:
+            raise SweepError(
+                f"{path}: bases.{name}: a pinned base (the preset's base_model) takes no pretrain overrides"
+            )
     for i, t in enumerate(spec["trials"]):
         bad = sorted(set(t) - TRIAL_KEYS)
         if bad:
@@ -136,9 +141,17 @@ def ensure_data(spec: dict[str, Any], work: Path) -> Path:
 
 
 def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads: int) -> tuple[Path, float]:
-    """Pretrain base ``name`` once (cached by its overrides); -> (checkpoint, wall seconds or 0)."""
+    """Pretrain base ``name`` once (cached by its overrides), or install the preset's pinned base for
+    ``{pinned: true}`` (rspo.base_pin); -> (checkpoint, wall seconds or 0)."""
     over = spec["bases"][name] or {}
     out = work / "bases" / f"{name}-{_key(over)}"
+    if over.get("pinned"):
+        if not (out / "pretrain.json").is_file():
+            from rspo import base_pin
+            from rspo.preset import Preset
+
+            base_pin.install(Preset.load(spec["preset"]), out)
+        return out, 0.0
     tok = work / "tokenizer"
     if not (tok / "tokenizer.json").is_file():
         _run([sys.executable, "-m", "rspo", "tokenizer", "--out", str(tok)], work / "logs" / "tokenizer.log", 1)
@@ -200,6 +213,8 @@ def run_one(
             str(threads),
             "--no-mlflow",
         ]
+        if not (spec["bases"][trial["base"]] or {}).get("pinned"):
+            cmd.append("--other-base")  # a trial base, not the one the preset pins
         for s in sets:
             cmd += ["--set", s]
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
@@ -224,6 +239,57 @@ def run_one(
         "reward_last": statistics.mean(r["critic/score/mean"] for r in train[-5:]),
         "collapsed": bool(final.get("collapsed")),
         "collapse_step": final.get("collapse_step"),
+        **gate_measures(train, final.get("collapse_step") if final.get("collapsed") else None),
+    }
+
+
+def gate_measures(train: list[dict[str, Any]], collapse_step: int | None) -> dict[str, float]:
+    """What the plug-in gate P(X) reads from one run (configs/sweeps/small.yaml, round 4):
+    ``learn_gain``, its best ``WINDOW``-step sliding mean training reward minus its first window's
+    (p1); ``pre_gamma``, the mean per-step router-shift ratio, and ``pre_under_gmin``, the mean
+    per-step share of tokens under gamma_min, over the steps before its collapse (all steps where it
+    does not collapse) (p4)."""
+    reward = [r["critic/score/mean"] for r in train]
+    windows = [statistics.mean(reward[i : i + WINDOW]) for i in range(max(1, len(reward) - WINDOW + 1))]
+    before = [r for r in train if collapse_step is None or r["step"] < collapse_step] or train[:1]
+    return {
+        "learn_gain": max(windows) - windows[0],
+        "pre_gamma": statistics.mean(r["router/shift_ratio_mean"] for r in before),
+        "pre_under_gmin": statistics.mean(r["router/shift_clipfrac"] for r in before),
+    }
+
+
+# The plug-in gate P(X) of round 4, as registered in configs/sweeps/small.yaml before its runs.
+GATE_LEARN = 0.02  # p1: best window >= first window + 2 points (the claims table's margin for a drop)
+GATE_LATE = 40  # p2: a collapse after this step ...
+GATE_SEEDS = 2  # ... in at least this many of the seeds
+GATE_GAMMA = 0.99  # p4: mean router-shift ratio before the collapse at most this ...
+GATE_UNDER = 0.01  # ... or at least this share of tokens under gamma_min
+
+
+def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """P(X) for one algorithm's runs of a setting (``freeze``: X+freeze's runs of the same setting,
+    None when not run): each criterion's value and verdict, and the outcome ("meets", "fails: p1, p2",
+    or "pending p3" when p1, p2 and p4 hold and the frozen-router runs are still to come)."""
+    late = [r["collapsed"] and (r["collapse_step"] or 0) > GATE_LATE for r in runs]
+    gamma = statistics.mean(r["pre_gamma"] for r in runs)
+    under = statistics.mean(r["pre_under_gmin"] for r in runs)
+    verdict = {
+        "p1": all(r["learn_gain"] >= GATE_LEARN for r in runs),
+        "p2": sum(late) >= GATE_SEEDS,
+        "p4": gamma <= GATE_GAMMA or under >= GATE_UNDER,
+        "p3": None if freeze is None else not any(r["collapsed"] for r in freeze),
+    }
+    failed = [k for k in ("p1", "p2", "p3", "p4") if verdict[k] is False]
+    outcome = f"fails: {', '.join(failed)}" if failed else "pending p3" if verdict["p3"] is None else "meets"
+    return {
+        **verdict,
+        "learn_gain": [r["learn_gain"] for r in runs],
+        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in runs],
+        "pre_gamma": gamma,
+        "pre_under_gmin": under,
+        "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
+        "outcome": outcome,
     }
 
 
@@ -380,19 +446,70 @@ def table(rows: list[dict[str, Any]]) -> str:
 def bases_table(spec: dict[str, Any], work: Path) -> str:
     """The pretrained bases of a sweep: overrides, held-out greedy accuracy, pretraining time."""
     lines = [
-        "| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall |",
-        "|---|---|---|---|---|",
+        "| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall | model.safetensors sha256 |",
+        "|---|---|---|---|---|---|",
     ]
     for name, over in spec["bases"].items():
         summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
         if not summary.is_file():
             continue
         data = json.loads(summary.read_text())
+        weights = summary.parent / "model.safetensors"
+        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16] + "…" if weights.is_file() else "-"
+        how = "the preset's pinned base (base_model)" if (over or {}).get("pinned") else None
         lines.append(
-            f"| {name} | {' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
+            f"| {name} | {how or ' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
             f"{100 * data['heldout']['accuracy']:.1f} (n={data['heldout']['n']}) | {data['examples']} | "
-            f"{data['wall_time_s'] / 60:.1f} min |"
+            f"{data['wall_time_s'] / 60:.1f} min | {digest} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def gate_table(rows: list[dict[str, Any]]) -> str:
+    """One line per (trial, algorithm X) of the trials whose runs carry the gate's measures: P(X)'s
+    criteria, each seed's values, and the outcome; X+freeze's runs are found in any trial with the
+    same base, steps and setting."""
+    cols = [
+        "trial",
+        "X",
+        "p1 learns first: best − first window (pts, per seed)",
+        "p2 collapse step per seed (late ≥ 2 of 3)",
+        "p4 mean γ / share under γmin before collapse",
+        "p3 X+freeze collapsed",
+        "outcome",
+        "wall",
+        "machine",
+    ]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
+
+    def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return all(a.get(k) == b.get(k) for k in ("base", "steps", "set"))
+
+    for t in rows:
+        if not t["runs"] or "learn_gain" not in t["runs"][0]:
+            continue
+        for algo in [a for a in t.get("runs_spec", {}) if "+" not in a]:
+            runs = [r for r in t["runs"] if r["algo"] == algo]
+            frozen = [r for u in rows if same(u, t) for r in u["runs"] if r["algo"] == f"{algo}+freeze"]
+            g = plugin_gate(runs, frozen or None)
+            mark = lambda v: "–" if v is None else "✓" if v else "✗"  # noqa: E731
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        t["name"],
+                        algo,
+                        f"{mark(g['p1'])} " + ", ".join(f"{100 * x:+.1f}" for x in g["learn_gain"]),
+                        f"{mark(g['p2'])} " + ", ".join("–" if x is None else str(x) for x in g["collapse_steps"]),
+                        f"{mark(g['p4'])} {g['pre_gamma']:.4f} / {100 * g['pre_under_gmin']:.2f}%",
+                        "not run" if g["p3"] is None else f"{mark(g['p3'])} {g['freeze_collapsed']}/{len(frozen)}",
+                        g["outcome"],
+                        f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min",
+                        t.get("machine", EARLIER_MACHINE),
+                    ]
+                )
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -404,6 +521,8 @@ def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], t
         + bases_table(spec, work)
         + "\nTrials (one line per trial, in the order run)\n\n"
         + table(rows)
+        + "\nPlug-in gate P(X) (round 4; configs/sweeps/small.yaml states it; p3 reads X+freeze's runs of the same "
+        "setting, run only where p1, p2 and p4 hold)\n\n" + gate_table(rows)
     )
 
 

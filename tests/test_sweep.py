@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rspo.sweep import SweepError, load_sweep, method_sets, run_sweep, table
+from rspo.sweep import SweepError, gate_table, load_sweep, method_sets, run_sweep, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,8 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
         assert 0 < r["min_gamma"] <= 1 and r["base_acc"] == row["base_acc"]
     assert row["gmpo"]["n"] == 1 and row["grpo"]["min_gamma"] == row["runs"][1]["min_gamma"]
     md = (tmp_path / "trials.md").read_text()
-    assert md.endswith(table(rows)) and "| t1 | tiny | optim.lr=1e-3 | 2 |" in md
+    assert table(rows) in md and md.endswith(gate_table(rows)) and "| t1 | tiny | optim.lr=1e-3 | 2 |" in md
+    assert "| t1 | gmpo | ✗ +0.0 | ✗ – |" in md  # the gate's line: no learning, no collapse in 2 steps
     assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
     lines = (tmp_path / "work" / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 1

@@ -74,7 +74,10 @@ def test_every_preset_plans(ws, preset):
     # a run several figures need is planned once: one train job per distinct run name
     names = re.findall(r"--run-name (\S+)", out)
     assert len(names) == len(set(names)) == len(plan.runs)
-    assert counts.get("pretrain", 0) == (1 if preset in ("smoke", "small", "paper_small") else 0)
+    # the Countdown base: pretrained here, or the committed one installed where the preset pins it
+    base = "install_base" if Plan.from_file(ROOT / "configs" / f"{preset}.yaml").spec.base_pin else "pretrain"
+    assert counts.get(base, 0) == (1 if preset in ("smoke", "small", "paper_small") else 0)
+    assert "pretrain" not in counts or base == "pretrain"
     # the 8-GPU presets train data parallel under torchrun; the others in one process
     launched = re.findall(r"python -m rspo (launch --processes \d+ )?train", out)
     expected = "launch --processes 8 " if "large" in preset else ""
@@ -90,7 +93,8 @@ def test_every_preset_plans(ws, preset):
 
 def test_a_fresh_clone_plans_the_whole_study(tmp_path):
     """`make main` in a fresh clone must do the work: nothing committed lies in the workflow's
-    output tree, so a dry run of the default target plans pretraining and training."""
+    output tree, so a dry run of the default target plans the base (the pinned one installed from
+    docs/results, which the clone holds) and training."""
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     clone = tmp_path / "clone"
@@ -100,7 +104,10 @@ def test_a_fresh_clone_plans_the_whole_study(tmp_path):
     r = snakemake(clone, "-n", "--cores", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     counts = job_counts(r.stdout)
-    assert counts.get("pretrain", 0) >= 1 and counts.get("train", 0) >= 1, counts
+    assert counts.get("install_base", 0) == 1 and counts.get("train", 0) >= 1, counts
+    assert (clone / "docs" / "results" / "small-base" / "base" / "model.safetensors").is_file()
+    rebuild = snakemake(clone, "-n", "--cores", "2", "--config", "rebuild_base=true")  # `make base`
+    assert "install_base" not in job_counts(rebuild.stdout) and job_counts(rebuild.stdout)["pretrain"] == 1
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a run name of the preset's grid (e.g. gmpo-rs0.8-s0); without it the run is named by its overrides",
     )
     ap.add_argument("--base-model", default=None, help="base checkpoint folder or hub id (sets model.path)")
+    ap.add_argument(
+        "--other-base",
+        action="store_true",
+        help="train from a Countdown base other than the one the preset pins (base_model:), e.g. a sweep's trial base",
+    )
     ap.add_argument("--train-data", default=None, help="training JSONL (sets data.train_path)")
     ap.add_argument("--val", action="append", default=[], metavar="NAME=FILE", help="held-out set (repeatable)")
     ap.add_argument("--out", required=True, help="run folder")
@@ -121,6 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [(cfg.model.path, "model"), (cfg.data.train_path, "data")]
     if refuse_missing("train", inputs + [(p, "data") for p in cfg.data.val_paths.values()]):
         return 2
+    if cfg.data.task == "countdown" and os.path.isdir(cfg.model.path) and not args.other_base:
+        from rspo import base_pin
+        from rspo.preset import Preset
+
+        try:  # a preset that pins its base trains from that base only (a resumed run included)
+            base_pin.check(Preset.load(args.preset), cfg.model.path)
+        except ConfigError as e:
+            print(f"rspo train: {e}", file=sys.stderr)
+            return 2
 
     from rspo.gpu_memory.plan import planned_phases
     from rspo.train.time_limit import EXIT_TIME_LIMIT, job_process_start
