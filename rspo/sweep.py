@@ -446,7 +446,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def bases_table(spec: dict[str, Any], work: Path) -> str:
     """The pretrained bases of a sweep: overrides, held-out greedy accuracy, pretraining time."""
     lines = [
-        "| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall | model.safetensors sha256 |",
+        "| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall | weights sha256 |",
         "|---|---|---|---|---|---|",
     ]
     for name, over in spec["bases"].items():
