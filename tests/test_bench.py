@@ -53,6 +53,10 @@ def test_bench_records_per_step_throughput_ratios(tmp_path):
     assert len(ratios) == 2 and all(r > 0 for r in ratios)
     assert result["rs_throughput_ratio_spread"]["rounds"] == 2 == len(result["diag_throughput_ratio_per_step"])
     assert min(ratios) <= result["rs_throughput_ratio_spread"]["median"] <= max(ratios)
+    # one definition: the headline is the spread's median; the earlier ratio of medians kept beside it
+    for key in ("rs_throughput_ratio", "diag_throughput_ratio"):
+        assert result[key] == result[f"{key}_spread"]["median"] and result["ratio_of_medians"][key] > 0
+    assert result["ratio_definition"].startswith("median of the per-round ratios")
 
 
 def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
@@ -120,6 +124,9 @@ def test_speed_against_trl(capsys):
     )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["step_time_ratio_vs_trl"] > 0
+    first = result["models"][0]
+    assert result["step_time_ratio_vs_trl"] == first["spread"]["step_time_ratio_vs_trl"]["median"]
+    assert first["ratio_of_medians"]["step_time_ratio_vs_trl"] > 0
     assert set(result["models"][0]["median"]) == {"rspo", "trl", "raw train", "generate"}
 
 

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.pretrain_config",
             "rspo.study_config",
             "rspo.preset",
+            "rspo.base_pin",
             "rspo.grid",
             "rspo.plan",
         ],

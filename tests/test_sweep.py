@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rspo.base_pin import weights_sha256
 from rspo.sweep import SweepError, gate_table, load_sweep, method_sets, run_sweep, table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,26 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     run_sweep(str(path), jobs=1, threads=1)  # nothing left to do: the trial is not rerun
     assert (tmp_path / "work" / "trials.jsonl").read_text().splitlines() == lines
 
+    # a preset that pins that base: `pinned` installs it (digest checked by every run), and a trial on
+    # another base trains with --other-base (without it `rspo train` would refuse the base)
+    tiny = next((tmp_path / "work" / "bases").glob("tiny-*"))
+    preset = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    preset["base_model"] = {"path": str(tiny), "sha256": weights_sha256(tiny)}
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "smoke.yaml").write_text(yaml.safe_dump(preset))
+    other = {"name": "t3", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}}
+    path = write_sweep(
+        tmp_path,
+        preset=str(tmp_path / "configs" / "smoke.yaml"),
+        bases={"tiny": {"examples": 256}, "pinned": {"pinned": True}},
+        trials=[{"name": "t2", "base": "pinned", "steps": 1, "runs": {"gmpo": [0]}}, other],
+    )
+    rows = run_sweep(str(path), jobs=1, threads=1, table_path=str(tmp_path / "trials.md"))
+    assert [r["name"] for r in rows] == ["t1", "t2", "t3"] and rows[1]["base_acc"] == rows[0]["base_acc"]
+    installed = next((tmp_path / "work" / "bases").glob("pinned-*"))
+    assert weights_sha256(installed) == weights_sha256(tiny) and rows[1]["pretrain_wall_s"] == 0
+    assert "| pinned | the preset's pinned base (base_model) |" in (tmp_path / "trials.md").read_text()
+
 
 @pytest.mark.parametrize(
     "edit, message",
@@ -58,6 +79,7 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
         ({"oops": 1}, "unknown key 'oops'"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo+frozen": [0]}}]}, "runs.gmpo\\+frozen"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"ppo": [0]}}]}, "unknown algorithm 'ppo'"),
+        ({"bases": {"tiny": {"pinned": True, "examples": 5}}}, "bases.tiny: a pinned base"),
     ],
 )
 def test_malformed_sweep_files_name_the_problem(tmp_path, edit, message):
@@ -73,3 +95,39 @@ def test_a_method_names_its_algorithm_rs_and_routing_mode():
     for bad in ("gmpo+freeze+logit_replay", "gmpo+rs+rs", "gmpo+tis"):
         with pytest.raises(ValueError, match="expected <algo>"):
             method_sets(bad)
+
+
+def _run(rewards, collapse=None, gamma=0.995, under=0.0):
+    """A run's gate measures from per-step rewards (rspo.sweep.gate_measures, as run_one records them)."""
+    from rspo.sweep import gate_measures
+
+    train = [
+        {"step": i + 1, "critic/score/mean": r, "router/shift_ratio_mean": gamma, "router/shift_clipfrac": under}
+        for i, r in enumerate(rewards)
+    ]
+    if collapse is not None:  # the steps from the collapse on carry another gamma: they must not count
+        for row in train[collapse - 1 :]:
+            row["router/shift_ratio_mean"], row["router/shift_clipfrac"] = 0.5, 0.5
+    return {"collapsed": collapse is not None, "collapse_step": collapse, **gate_measures(train, collapse)}
+
+
+def test_the_plugin_gate_reads_learning_late_collapse_drift_and_the_frozen_control():
+    from rspo.sweep import plugin_gate
+
+    rise = [0.5] * 10 + [0.55] * 40 + [0.1] * 50  # learns 5 points, then falls
+    learned = _run(rise, collapse=60, gamma=0.985)
+    assert learned["learn_gain"] == pytest.approx(0.05) and learned["pre_gamma"] == pytest.approx(0.985)
+    flat = _run([0.5] * 100, collapse=30, gamma=0.985)
+    assert flat["learn_gain"] == pytest.approx(0.0)
+    g = plugin_gate([learned, learned, _run(rise, gamma=0.985)], None)
+    assert (g["p1"], g["p2"], g["p4"], g["p3"]) == (True, True, True, None) and g["outcome"] == "pending p3"
+    assert g["collapse_steps"] == [60, 60, None]
+    frozen_ok = [_run([0.5] * 100)] * 3
+    assert plugin_gate([learned] * 3, frozen_ok)["outcome"] == "meets"
+    assert plugin_gate([learned] * 3, [_run([0.5] * 100, collapse=20)] * 3)["outcome"] == "fails: p3"
+    # an early collapse (step 30, not after 40) and a seed that never learned
+    g = plugin_gate([flat, learned, _run(rise, collapse=30, gamma=0.985)], None)
+    assert g["outcome"] == "fails: p1, p2"
+    # drift too small for RS to act: mean ratio above 0.99 and under 1% of tokens below gamma_min
+    assert plugin_gate([_run(rise, collapse=60, gamma=0.995, under=0.005)] * 3, None)["outcome"] == "fails: p4"
+    assert plugin_gate([_run(rise, collapse=60, gamma=0.995, under=0.02)] * 3, None)["p4"] is True
