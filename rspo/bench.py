@@ -11,7 +11,8 @@ configurations alternating step by step so that machine noise hits them alike:
 
 Printed: a table of per-phase wall times, update-phase tokens/s, rollout tokens/s, cache bytes,
 and as the LAST line one JSON object with at least ``rs_throughput_ratio`` (update tokens/s of
-gmpo+rs / gmpo, the median of its per-round ratios, RATIO_DEFINITION; paper 0.792, target >= 0.95), ``router_cache_bytes_per_token_layer_k`` (paper's
+gmpo+rs / gmpo, the median of its per-round ratios, RATIO_DEFINITION; paper 0.792, target >= 0.95),
+``router_cache_bytes_per_token_layer_k`` (paper's
 implementation: 4, target <= 3) and ``rollout_tokens_per_s`` (hf backend).
 Run it alone: two torch jobs on these 2 cores slow each other down ~50x.
 

@@ -131,4 +131,4 @@ def test_pin_copies_a_new_base_and_rewrites_only_the_digest(tmp_path):
 )
 def test_a_malformed_pin_names_the_key(pin, message):
     with pytest.raises(ConfigError, match=message):
-        Preset({"preset": "x", "base_model": pin}).base_pin
+        assert Preset({"preset": "x", "base_model": pin}).base_pin is None  # never reached
