@@ -208,7 +208,8 @@ def run_dp_bench(
     """RSPO steps through the real CLI: 1 process x threads vs nproc torchrun processes."""
     import os
     import subprocess
-    import sys
+
+    from rspo.subcommand import rspo_argv
 
     sets = {
         "algorithm.algo": "gmpo",
@@ -223,28 +224,17 @@ def run_dp_bench(
     for n in (1, nproc):
         label = f"{n} x {max(1, threads // n)} threads"
         out = work / f"dp{n}"
-        cmd = (
-            [sys.executable]
-            + (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)] if n > 1 else [])
-            + [
-                "-m",
-                "rspo",
-                "train",
-                "--preset",
-                preset_path,
-                "--base-model",
-                str(model_dir),
-                "--train-data",
-                str(data_dir / "train.jsonl"),
-                "--out",
-                str(out),
-                "--threads",
-                str(threads),
-                "--no-mlflow",
-            ]
+        cmd = rspo_argv(
+            "train",
+            preset=preset_path,
+            base_model=model_dir,
+            train_data=data_dir / "train.jsonl",
+            out=out,
+            threads=threads,
+            no_mlflow=True,
+            sets=[f"{k}={v}" for k, v in sets.items()],
+            launcher=["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)] if n > 1 else [],
         )
-        for k, v in sets.items():
-            cmd += ["--set", f"{k}={v}"]
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
         t0 = time.perf_counter()
         proc = subprocess.run(

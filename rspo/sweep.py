@@ -31,13 +31,14 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rspo.subcommand import rspo_argv
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
 EARLIER_MACHINE = "Intel Xeon (AVX-512), 2 cores"
@@ -121,22 +122,7 @@ def _run(cmd: list[str], log: Path, threads: int) -> float:
 def ensure_data(spec: dict[str, Any], work: Path) -> Path:
     data = work / "data"
     if not (data / "meta.json").is_file():
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "rspo",
-                "generate",
-                "--preset",
-                spec["preset"],
-                "--out",
-                str(data),
-                "--workers",
-                "2",
-            ],
-            work / "logs" / "data.log",
-            2,
-        )
+        _run(rspo_argv("generate", preset=spec["preset"], out=data, workers=2), work / "logs" / "data.log", 2)
     return data
 
 
@@ -154,28 +140,13 @@ def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads
         return out, 0.0
     tok = work / "tokenizer"
     if not (tok / "tokenizer.json").is_file():
-        _run([sys.executable, "-m", "rspo", "tokenizer", "--out", str(tok)], work / "logs" / "tokenizer.log", 1)
+        _run(rspo_argv("tokenizer", out=tok), work / "logs" / "tokenizer.log", 1)
     if (out / "pretrain.json").is_file():
         return out, 0.0
-    cmd = [
-        sys.executable,
-        "-m",
-        "rspo",
-        "pretrain",
-        "--preset",
-        spec["preset"],
-        "--data",
-        str(data),
-        "--tokenizer",
-        str(tok),
-        "--out",
-        str(out),
-        "--threads",
-        str(threads),
-        "--no-mlflow",
-    ]
-    for k, v in over.items():
-        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    sets = [f"{k}={json.dumps(v)}" for k, v in over.items()]
+    cmd = rspo_argv(
+        "pretrain", preset=spec["preset"], data=data, tokenizer=tok, out=out, threads=threads, no_mlflow=True, sets=sets
+    )
     return out, _run(cmd, work / "logs" / f"pretrain-{name}.log", threads)
 
 
@@ -194,29 +165,18 @@ def run_one(
     ] + list(trial.get("set", []))
     wall = 0.0
     if not (out / "final.json").is_file():
-        cmd = [
-            sys.executable,
-            "-m",
-            "rspo",
+        cmd = rspo_argv(
             "train",
-            "--preset",
-            spec["preset"],
-            "--base-model",
-            str(base),
-            "--train-data",
-            str(data / "train.jsonl"),
-            "--val",
-            f"val={data / 'val.jsonl'}",
-            "--out",
-            str(out),
-            "--threads",
-            str(threads),
-            "--no-mlflow",
-        ]
-        if not (spec["bases"][trial["base"]] or {}).get("pinned"):
-            cmd.append("--other-base")  # a trial base, not the one the preset pins
-        for s in sets:
-            cmd += ["--set", s]
+            preset=spec["preset"],
+            base_model=base,
+            train_data=data / "train.jsonl",
+            val=f"val={data / 'val.jsonl'}",
+            out=out,
+            threads=threads,
+            no_mlflow=True,
+            other_base=not (spec["bases"][trial["base"]] or {}).get("pinned"),  # a trial base, not the pinned one
+            sets=sets,
+        )
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     final = json.loads((out / "final.json").read_text())

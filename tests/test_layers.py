@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo",
             "rspo.method",
             "rspo.jsonl",
+            "rspo.subcommand",
             "rspo.seeding",
             "rspo.progress",
             "rspo.distributed",

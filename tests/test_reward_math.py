@@ -259,3 +259,21 @@ def test_no_stray_signal_handler_left_in_main_thread():
     score(boxed("1/2"), "0.5")
     assert signal.getsignal(signal.SIGALRM) == before
     assert signal.alarm(0) == 0  # no pending alarm
+
+
+def test_a_parse_that_fails_is_a_reason_not_an_exception():
+    from math_verify.errors import TimeoutException
+
+    from rspo.rewards.math import _parse_or_why
+
+    def slow(text, timeout):
+        raise TimeoutException()
+
+    def broken(text, timeout):
+        raise ValueError("bad latex")
+
+    assert _parse_or_why(lambda text, timeout: (text,), "x", 5, "") == ("x",)
+    assert _parse_or_why(slow, "x", 5, "") == "timeout"
+    assert _parse_or_why(broken, "x", 5, "cannot parse gold 'x': ") == (
+        "verifier error: cannot parse gold 'x': ValueError: bad latex"
+    )

@@ -131,3 +131,17 @@ def test_the_plugin_gate_reads_learning_late_collapse_drift_and_the_frozen_contr
     # drift too small for RS to act: mean ratio above 0.99 and under 1% of tokens below gamma_min
     assert plugin_gate([_run(rise, collapse=60, gamma=0.995, under=0.005)] * 3, None)["outcome"] == "fails: p4"
     assert plugin_gate([_run(rise, collapse=60, gamma=0.995, under=0.02)] * 3, None)["p4"] is True
+
+
+def test_a_command_line_spells_each_flag_once():
+    import sys
+
+    from rspo.subcommand import rspo_argv
+
+    argv = rspo_argv("train", preset="p.yaml", base_model=Path("b"), no_mlflow=True, other_base=False, sets=["a=1"])
+    assert argv == [sys.executable, "-m", "rspo", "train", "--preset", "p.yaml", "--base-model", "b", "--no-mlflow"] + [
+        "--set",
+        "a=1",
+    ]
+    launched = rspo_argv("train", launcher=["-m", "torch.distributed.run"], threads=None)
+    assert launched == [sys.executable, "-m", "torch.distributed.run", "-m", "rspo", "train"]

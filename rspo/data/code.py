@@ -70,7 +70,7 @@ import pickle
 import random
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rspo.data.leetcode_tests import cases_from_io, cases_from_test, signature_params
@@ -293,6 +293,34 @@ def before_cutoff(date: Any, cutoff: str | None = LCB_TRAIN_CUTOFF) -> bool | No
 # ----------------------------------------------------------------------------------------------
 # Normalisers per source
 # ----------------------------------------------------------------------------------------------
+class _Dropped(Exception):
+    """A row left out of the training mix, counted under ``<source>:<reason>``."""
+
+    def __init__(self, reason: str, why: object = None):
+        super().__init__(reason)
+        self.reason, self.why = reason, why
+
+
+def _normalise(
+    rows: Iterable[dict], label: str, stat: str, convert: Callable[[dict, str], dict], stats: Counter | None
+) -> list[dict]:
+    """The one row loop of the normalisers: ``convert(row, where)`` gives a record or raises _Dropped
+    (counted in ``stats`` as ``<stat>:<reason>``; a malformed row's ValueError propagates); the kept
+    rows are counted as ``<stat>:kept``."""
+    stats = Counter() if stats is None else stats
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{label} row {i}"
+        try:
+            out.append(convert(row, where))
+        except _Dropped as d:
+            stats[f"{stat}:{d.reason}"] += 1
+            if d.why is not None:
+                log.debug("%s dropped: %s", where, d.why)
+    stats[f"{stat}:kept"] += len(out)
+    return out
+
+
 def normalise_deepcoder(
     rows: Iterable[dict],
     config: str,
@@ -302,9 +330,8 @@ def normalise_deepcoder(
 ) -> list[dict]:
     """DeepCoder rows of one config -> normalised records (bad rows dropped and counted)."""
     stats = Counter() if stats is None else stats
-    out = []
-    for i, row in enumerate(rows):
-        where = f"deepcoder/{config} row {i}"
+
+    def convert(row: dict, where: str) -> dict:
         missing = [k for k in ("problem", "tests") if k not in row]
         if missing:
             raise ValueError(
@@ -318,8 +345,7 @@ def normalise_deepcoder(
         date = row.get("contest_date", md.get("contest_date"))
         keep = before_cutoff(date, cutoff)
         if keep is False:
-            stats[f"deepcoder/{config}:after_cutoff"] += 1
-            continue
+            raise _Dropped("after_cutoff")
         if keep is None and config == "lcbv5":
             stats["deepcoder/lcbv5:undated_kept"] += 1
         try:
@@ -327,21 +353,17 @@ def normalise_deepcoder(
             tests["cases"] = _cap_cases(tests["cases"], max_cases)
             validate_tests(tests, where)
         except (ValueError, KeyError, TypeError) as e:
-            stats[f"deepcoder/{config}:bad_tests"] += 1
-            log.debug("%s dropped: %s", where, e)
-            continue
+            raise _Dropped("bad_tests", e) from None
         sols = row.get("solutions") or []
-        out.append(
-            {
-                "prompt": row["problem"],
-                "starter_code": row.get("starter_code") or "",
-                "tests": tests,
-                "source": f"deepcoder/{config}",
-                "solution": sols[0] if sols and isinstance(sols[0], str) else "",
-            }
-        )
-    stats[f"deepcoder/{config}:kept"] += len(out)
-    return out
+        return {
+            "prompt": row["problem"],
+            "starter_code": row.get("starter_code") or "",
+            "tests": tests,
+            "source": f"deepcoder/{config}",
+            "solution": sols[0] if sols and isinstance(sols[0], str) else "",
+        }
+
+    return _normalise(rows, f"deepcoder/{config}", f"deepcoder/{config}", convert, stats)
 
 
 def normalise_leetcode(
@@ -351,10 +373,8 @@ def normalise_leetcode(
     stats: Counter | None = None,
 ) -> list[dict]:
     """LeetCodeDataset rows -> normalised functional records (see module docstring)."""
-    stats = Counter() if stats is None else stats
-    out = []
-    for i, row in enumerate(rows):
-        where = f"leetcode row {i}"
+
+    def convert(row: dict, where: str) -> dict:
         missing = [k for k in ("problem_description", "starter_code", "entry_point") if k not in row]
         if missing or ("test" not in row and "input_output" not in row):
             raise ValueError(
@@ -363,8 +383,7 @@ def normalise_leetcode(
                 f"got fields {sorted(row)}"
             )
         if before_cutoff(row.get("estimated_date"), cutoff) is False:
-            stats["leetcode:after_cutoff"] += 1
-            continue
+            raise _Dropped("after_cutoff")
         fn = str(row["entry_point"]).split(".")[-1].strip()
         params = signature_params(row["starter_code"], fn)
         try:
@@ -373,24 +392,18 @@ def normalise_leetcode(
             else:
                 cases = cases_from_io(row.get("input_output") or [], params)
         except (SyntaxError, ValueError) as e:
-            stats["leetcode:bad_tests"] += 1
-            log.debug("%s dropped: %s", where, e)
-            continue
+            raise _Dropped("bad_tests", e) from None
         if not cases:
-            stats["leetcode:no_literal_cases"] += 1
-            continue
-        tests = {"kind": "functional", "fn_name": fn, "cases": _cap_cases(cases, max_cases)}
-        out.append(
-            {
-                "prompt": row["problem_description"],
-                "starter_code": row["starter_code"],
-                "tests": tests,
-                "source": "leetcode",
-                "solution": row.get("completion") or "",
-            }
-        )
-    stats["leetcode:kept"] += len(out)
-    return out
+            raise _Dropped("no_literal_cases")
+        return {
+            "prompt": row["problem_description"],
+            "starter_code": row["starter_code"],
+            "tests": {"kind": "functional", "fn_name": fn, "cases": _cap_cases(cases, max_cases)},
+            "source": "leetcode",
+            "solution": row.get("completion") or "",
+        }
+
+    return _normalise(rows, "leetcode", "leetcode", convert, stats)
 
 
 def lcb_row_tests(row: dict, where: str = "livecodebench") -> dict:
@@ -413,28 +426,23 @@ def normalise_lcb_release(
     stats: Counter | None = None,
 ) -> list[dict]:
     """LiveCodeBench release rows (test*.jsonl) as TRAINING records, keeping contest_date < cutoff."""
-    stats = Counter() if stats is None else stats
-    out = []
-    for i, row in enumerate(rows):
-        where = f"livecodebench row {i}"
+
+    def convert(row: dict, where: str) -> dict:
         if "question_content" not in row or "contest_date" not in row:
             raise ValueError(f"{where}: missing question_content/contest_date (LiveCodeBench release schema)")
         if before_cutoff(row["contest_date"], cutoff) is False:
-            stats["lcb:after_cutoff"] += 1
-            continue
+            raise _Dropped("after_cutoff")
         tests = lcb_row_tests(row, where)
         tests["cases"] = _cap_cases(tests["cases"], max_cases)
-        out.append(
-            {
-                "prompt": row["question_content"],
-                "starter_code": row.get("starter_code") or "",
-                "tests": tests,
-                "source": "livecodebench",
-                "solution": "",
-            }
-        )
-    stats["lcb:kept"] += len(out)
-    return out
+        return {
+            "prompt": row["question_content"],
+            "starter_code": row.get("starter_code") or "",
+            "tests": tests,
+            "source": "livecodebench",
+            "solution": "",
+        }
+
+    return _normalise(rows, "livecodebench", "lcb", convert, stats)
 
 
 # ----------------------------------------------------------------------------------------------

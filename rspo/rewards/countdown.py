@@ -188,11 +188,7 @@ def _parse_trace(completion: str) -> list[Op] | str:
     last = _last_match(_EXPLORE_RE, completion, "Exploring", goal)
     if last is None:
         return "no parsable path"
-    final_text = last.group(1)
-    fm = _OP_FULL_RE.fullmatch(final_text)
-    if fm is None:
-        return f"unparsable operation: {_show(final_text)!r}"
-    final = _to_op(fm)
+    final = _parse_op(last.group(1))
     if isinstance(final, str):
         return final
     state = _last_match(_STATE_RE, completion, "Current", last.start())
@@ -202,15 +198,18 @@ def _parse_trace(completion: str) -> list[Op] | str:
             item = item.strip().strip("'\"").strip()
             if not item:
                 continue  # "Operations: []"
-            im = _OP_FULL_RE.fullmatch(item)
-            if im is None:
-                return f"unparsable operation: {_show(item)!r}"
-            op = _to_op(im)
+            op = _parse_op(item)
             if isinstance(op, str):
                 return op
             ops.append(op)
     ops.append(final)
     return ops
+
+
+def _parse_op(text: str) -> Op | str:
+    """One whole operation ("a+b=c") of a search trace, or why it is not one."""
+    m = _OP_FULL_RE.fullmatch(text)
+    return f"unparsable operation: {_show(text)!r}" if m is None else _to_op(m)
 
 
 def _check_problem(nums: Sequence[int], target: int) -> None:

@@ -198,6 +198,19 @@ def _parse_pred_cached(pred: str, mv_timeout: int | None) -> tuple:
     return tuple(_parse(_strip_delimiters(pred), mv_timeout))
 
 
+def _parse_or_why(parse, text: str, mv_timeout: int | None, what: str) -> tuple | str:
+    """math-verify's parse of ``text`` (a gold or a prediction), or why not: "timeout", or "verifier
+    error: <what><exception>" (a verifier failure is a reason, never an exception out of the reward)."""
+    from math_verify.errors import TimeoutException
+
+    try:
+        return parse(text, mv_timeout)
+    except TimeoutException:
+        return "timeout"
+    except Exception as exc:  # noqa: BLE001
+        return f"verifier error: {what}{type(exc).__name__}: {exc}"
+
+
 def _score_impl(completion: str, answer: Any, mv_timeout: int | None) -> tuple[float, str]:
     from math_verify.errors import TimeoutException
 
@@ -210,20 +223,15 @@ def _score_impl(completion: str, answer: Any, mv_timeout: int | None) -> tuple[f
         return 0.0, f"wrong answer: got empty \\boxed{{}}, expected {expected}"
     gold_parsed: list = []
     for g in golds:
-        try:
-            gold_parsed.extend(_parse_gold_cached(g, mv_timeout))
-        except TimeoutException:
-            return 0.0, "timeout"
-        except Exception as exc:  # noqa: BLE001
-            return 0.0, f"verifier error: cannot parse gold {_short(g)!r}: {type(exc).__name__}: {exc}"
+        parsed = _parse_or_why(_parse_gold_cached, g, mv_timeout, f"cannot parse gold {_short(g)!r}: ")
+        if isinstance(parsed, str):
+            return 0.0, parsed
+        gold_parsed.extend(parsed)
     if not gold_parsed:
         return 0.0, f"verifier error: math-verify cannot parse the gold {expected!r}"
-    try:
-        pred_parsed = _parse_pred_cached(boxed, mv_timeout)
-    except TimeoutException:
-        return 0.0, "timeout"
-    except Exception as exc:  # noqa: BLE001
-        return 0.0, f"verifier error: {type(exc).__name__}: {exc}"
+    pred_parsed = _parse_or_why(_parse_pred_cached, boxed, mv_timeout, "")
+    if isinstance(pred_parsed, str):
+        return 0.0, pred_parsed
     if not pred_parsed:
         return 0.0, f"wrong answer: got {_short(boxed)} (unparsable), expected {expected}"
     mv, _ = _mv()
