@@ -196,7 +196,7 @@ class AlgorithmConfig(Section):
     """Upper bound: the truncation of the truncate modes, the mask's top for the mask modes (verl
     and ms-swift use 2; TRL 1.16 3)."""
     clip_low: float | None = setting(None, ge=0)
-    """None -> the paper's default for algo (rspo.losses.DEFAULT_CLIP)."""
+    """None -> the paper's default for algo (rspo.method.OBJECTIVES: its clip)."""
     clip_high: float | None = setting(None, ge=0)
     entropy_coef: float = setting(0.0, ge=0)
     """Entropy bonus coefficient (0 in the paper)."""

@@ -80,18 +80,11 @@ from collections.abc import Callable
 
 import torch
 
-from rspo.method import DEFAULT_GAMMA_MIN, check_gamma_min
+from rspo.method import DEFAULT_GAMMA_MIN, OBJECTIVES, Objective, check_gamma_min, register_objective
 from rspo.method import ROLLOUT_CORRECTIONS as CORRECTIONS
 
 Tensor = torch.Tensor
 
-# Paper Appendix "Algorithms and Hyperparameters": GRPO (0.2, 0.2); GMPO (e^-0.4, e^0.4), i.e. 0.4
-# in log space; GSPO (3e-4, 4e-4).
-DEFAULT_CLIP: dict[str, tuple[float, float]] = {
-    "grpo": (0.2, 0.2),
-    "gspo": (3e-4, 4e-4),
-    "gmpo": (0.4, 0.4),
-}
 GRPO_LOG_RATIO_GUARD = 20.0  # verl's clamp of the token log-ratio before exp (GRPO only).
 
 # A registered loss takes the RS-adjusted log-ratio and the rollout correction's weight omega (B, T)
@@ -105,7 +98,18 @@ class NonFiniteLogProbError(ValueError):
     """Raised when log-probs on response tokens contain NaN or inf (never averaged silently)."""
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+def register_policy_loss(name: str, facts: Objective | None = None) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a loss under ``name`` with its facts (rspo.method.Objective: label, default clip,
+    clip-fraction unit, colour), which the configuration, the update and the report then read; the
+    paper's three have theirs in rspo.method already. A new loss is this one decorator, e.g.
+    ``@register_policy_loss("dapo", Objective("dapo", "DAPO", (0.2, 0.28), "token", 6))``."""
+    if facts is not None:
+        if facts.name != name:
+            raise ValueError(f"policy loss {name!r}: its facts are named {facts.name!r}")
+        register_objective(facts)
+    if name not in OBJECTIVES:
+        raise ValueError(f"policy loss {name!r}: no facts registered (pass an rspo.method.Objective)")
+
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
@@ -247,7 +251,7 @@ def compute_policy_loss(
     """Policy loss of ``algo`` with the router-shift term and the rollout-correction weight given.
 
     Args:
-        algo: "grpo" | "gspo" | "gmpo".
+        algo: a registered loss: "grpo" | "gspo" | "gmpo" (rspo.method.OBJECTIVES).
         log_prob: (B, T) current-policy log-probs of the sampled tokens, with grad.
         old_log_prob: (B, T) old-policy log-probs (treated as constants).
         advantages: (B,) one advantage per response, or (B, T).
@@ -286,8 +290,8 @@ def compute_policy_loss(
     else:
         raise ValueError(f"advantages: expected shape ({shape[0]},) or {tuple(shape)}, got {tuple(advantages.shape)}")
     low, high = (None, None) if clip is None else clip
-    clip_low = DEFAULT_CLIP[algo][0] if low is None else float(low)
-    clip_high = DEFAULT_CLIP[algo][1] if high is None else float(high)
+    clip_low = OBJECTIVES[algo].clip[0] if low is None else float(low)
+    clip_high = OBJECTIVES[algo].clip[1] if high is None else float(high)
     if clip_low < 0 or clip_high < 0:
         raise ValueError(f"clip: must be >= 0, got ({clip_low}, {clip_high})")
 

@@ -7,7 +7,77 @@ modules (rspo.losses, rspo.router), so that neither has to import the other.
 
 from __future__ import annotations
 
-ALGOS = ("grpo", "gspo", "gmpo")  # Appendix E's objectives
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Objective:
+    """An RL objective's facts, stated once where it is registered: beside its loss
+    (rspo.losses.register_policy_loss) for a new one, here for the paper's three. The configuration's
+    choices, the loss's default clip, how its clip fraction is merged over micro-batches and its
+    figure colour all read them."""
+
+    name: str
+    label: str
+    """Its name in figures and tables (GRPO)."""
+    clip: tuple[float, float]
+    """The default (low, high) clip range of the loss (rl.algorithm.clip_low / clip_high unset)."""
+    clip_unit: str
+    """What actor/pg_clipfrac counts: "token" (a share of response tokens) or "sequence" (of
+    responses); micro-batches are merged weighted by that unit."""
+    color: int
+    """Its colour: an index into the report's categorical palette (rspo.report.style; 0-2 are the
+    paper's three, 3-5 and 7-9 the report's other series)."""
+
+    def __post_init__(self) -> None:
+        if self.clip_unit not in ("token", "sequence"):
+            raise ValueError(f"objective {self.name!r}: clip_unit must be token or sequence, got {self.clip_unit!r}")
+
+
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(objective: Objective) -> Objective:
+    """Add an objective to the vocabulary (a name registered twice is refused)."""
+    if objective.name in OBJECTIVES:
+        raise ValueError(f"objective {objective.name!r} is already registered")
+    OBJECTIVES[objective.name] = objective
+    return objective
+
+
+class _Names(Sequence[str]):
+    """The registered objectives' names, in registration order: a live view, so a setting whose
+    choices are ALGOS accepts an objective registered after it was defined."""
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return tuple(OBJECTIVES)[i]
+
+    def __len__(self) -> int:
+        return len(OBJECTIVES)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(OBJECTIVES))
+
+    def __contains__(self, name: object) -> bool:
+        return name in OBJECTIVES
+
+    def __repr__(self) -> str:
+        return repr(tuple(OBJECTIVES))
+
+    def __eq__(self, other: object) -> bool:  # equal to the tuple of the names, as ALGOS once was
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, _Names)) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# Appendix E's objectives, and the Appendix's clip ranges ("Algorithms and Hyperparameters"): GRPO
+# (0.2, 0.2); GMPO (e^-0.4, e^0.4), i.e. 0.4 in log space; GSPO (3e-4, 4e-4). GSPO clips whole
+# responses, so its clip fraction counts responses; GMPO's counts the tokens whose log-ratio it clips.
+register_objective(Objective("grpo", "GRPO", (0.2, 0.2), "token", 0))
+register_objective(Objective("gspo", "GSPO", (3e-4, 4e-4), "sequence", 1))
+register_objective(Objective("gmpo", "GMPO", (0.4, 0.4), "token", 2))
+ALGOS: Sequence[str] = _Names()
 ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay", "rollout_replay")  # App. D; R3 beyond it
 ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # beyond it
 DEFAULT_GAMMA_MIN = 0.8  # Sec. 4.2 / Appendix: gamma_min = 0.8 in all experiments

@@ -25,7 +25,7 @@ TRL is the optional ``bench`` extra (``pip install -e '.[bench]'``).
 
 ``--trainer trl-rspo`` trains RSPO through TRL instead: TRL's ``GMPOTrainer`` with the router-shift
 plug-in (``rspo.integrations.trl.RSPOTrainer``), the same mapping with GMPO's log-space clip at the
-preset's GMPO values (default 0.4, ``rspo.losses.DEFAULT_CLIP``) and the preset's ``gamma_min`` and
+preset's GMPO values (default 0.4, ``rspo.method.OBJECTIVES``) and the preset's ``gamma_min`` and
 ``stop_gradient``; its per-step log adds ``router/shift_ratio_mean`` and ``router/shift_clipfrac``.
 """
 
@@ -55,10 +55,10 @@ def trl_grpo_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup:
 def trl_rspo_args(cfg, output_dir: Path, *, generations: int, lr: float, warmup: int, seed: int, **extra):
     """The plug-in's RSPOConfig (TRL's GMPOConfig + gamma_min, stop_gradient) for the same work."""
     from rspo.integrations.trl import RSPOConfig
-    from rspo.losses import DEFAULT_CLIP
+    from rspo.method import OBJECTIVES
 
     a = cfg.algorithm
-    low, high = DEFAULT_CLIP["gmpo"]
+    low, high = OBJECTIVES["gmpo"].clip
     kw = _common_args(cfg, output_dir, generations=generations, lr=lr, warmup=warmup, seed=seed)
     kw.update(
         epsilon=low if a.clip_low is None else a.clip_low,

@@ -50,7 +50,7 @@ from rspo.grid import (
     load_train_config,
     off_default_regimes,
 )
-from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
+from rspo.method import DEFAULT_GAMMA_MIN, OBJECTIVES, ConfigError
 from rspo.preset import Preset
 from rspo.study_config import grid_family
 
@@ -178,7 +178,7 @@ def method_label(run: Run, default_gamma: float = DEFAULT_GAMMA_MIN) -> str:
 
 
 def _method_label(run: Run, default_gamma: float) -> str:
-    base = run.algo.upper()
+    base = OBJECTIVES[run.algo].label
     if run.routing != "none":
         label = {
             "freeze": "Router freeze",

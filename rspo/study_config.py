@@ -53,7 +53,7 @@ METHODS = (*ALGOS, *(f"{a}+rs" for a in ALGOS))  # Table 1's rows: an algorithm,
 class PluginGrid(Section):
     """Figs. 1, 4, 6, 7: every algorithm with and without router-shift weighting."""
 
-    algos: tuple[str, ...] = setting(ALGOS, choices=ALGOS, noun="algorithm", nonempty=True)
+    algos: tuple[str, ...] = setting(tuple(ALGOS), choices=ALGOS, noun="algorithm", nonempty=True)
     """Algorithms trained."""
     router_shift: tuple[bool, ...] = setting((False, True), nonempty=True)
     """RS off, on, or both."""

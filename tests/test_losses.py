@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from rspo.losses import (
-    DEFAULT_CLIP,
     POLICY_LOSSES,
     NonFiniteLogProbError,
     compute_policy_loss,
@@ -16,6 +15,7 @@ from rspo.losses import (
     router_shift_log_weight,
     router_shift_metrics,
 )
+from rspo.method import OBJECTIVES  # noqa: E402
 
 ALGOS = ("grpo", "gspo", "gmpo")
 
@@ -169,8 +169,9 @@ def test_gmpo_with_router_shift_hand_computed():
 
 
 def test_default_clip_ranges_are_the_papers():
-    assert DEFAULT_CLIP == {"grpo": (0.2, 0.2), "gspo": (3e-4, 4e-4), "gmpo": (0.4, 0.4)}
-    assert set(POLICY_LOSSES) == set(ALGOS)
+    assert {a: OBJECTIVES[a].clip for a in ALGOS} == {"grpo": (0.2, 0.2), "gspo": (3e-4, 4e-4), "gmpo": (0.4, 0.4)}
+    assert {a: OBJECTIVES[a].clip_unit for a in ALGOS} == {"grpo": "token", "gspo": "sequence", "gmpo": "token"}
+    assert set(POLICY_LOSSES) >= set(ALGOS)
 
 
 # ----------------------------------------------------------------------------- equivalences
@@ -518,7 +519,7 @@ def test_rollout_corrections_equal_their_hand_written_references(algo, mode):
     want = _omega_reference(mode, old, engine, mask, low, high)
     assert torch.allclose(omega, torch.tensor(want, dtype=omega.dtype), atol=1e-9)
     assert 0 < float((omega[mask] == high).sum() + (omega[mask] == 0).sum())  # a bound is reached
-    clip_low, clip_high = DEFAULT_CLIP[algo]
+    clip_low, clip_high = OBJECTIVES[algo].clip
     gamma = torch.where(mask, torch.tensor(0.9, dtype=torch.float64), torch.ones((), dtype=torch.float64))
     gamma[0, :2] = 0.7  # below gamma_min: floored
     loss, m = rs_loss(

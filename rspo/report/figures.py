@@ -123,14 +123,14 @@ def run_style(figure: str, run: Run, plan: Plan, gammas: list[float]) -> tuple[s
     figure = paper_figure(figure)
     label = plan.label(run.name)
     dash = style.DASHED if run.router_shift else style.SOLID
-    color = style.ALGO_COLORS[run.algo]
+    color = style.algo_color(run.algo)
     if figure == "fig3_gamma_min":
         label = f"γmin = {run.gamma_min:g}"
         color = style.sequential(len(gammas))[gammas.index(run.gamma_min)]
         dash = style.SOLID
     elif figure == "fig5_stopgrad":
         label = "RSPO, stop-grad on γ (default)" if run.stop_gradient else "RSPO, gradient through γ"
-        color = style.ALGO_COLORS[run.algo] if run.stop_gradient else style.NOSG_COLOR
+        color = style.algo_color(run.algo) if run.stop_gradient else style.NOSG_COLOR
     elif run.routing != "none":
         color = style.ROUTING_COLORS[run.routing]
     elif run.rollout_correction != "none":

@@ -19,6 +19,8 @@ matplotlib.use("Agg")  # before pyplot: no display, no backend-dependent output
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from rspo.method import OBJECTIVES  # noqa: E402
+
 # Paper single-column width (inches) and panel height.
 COLUMN_WIDTH = 3.35
 PAGE_WIDTH = 6.9
@@ -45,8 +47,14 @@ RC = {
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}
 
 _PALETTE = sns.color_palette("colorblind", 10)
-# One colour per base algorithm; +RS reuses it with a dashed line.
-ALGO_COLORS = {"grpo": _PALETTE[0], "gspo": _PALETTE[1], "gmpo": _PALETTE[2]}
+
+
+def algo_color(algo: str) -> tuple[float, float, float]:
+    """One colour per base algorithm, its registered one (rspo.method.Objective.color); +RS reuses it
+    with a dashed line."""
+    return _PALETTE[OBJECTIVES[algo].color]
+
+
 ROUTING_COLORS = {
     "freeze": _PALETTE[4],
     "logit_replay": _PALETTE[5],

@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from rspo.method import OBJECTIVES
 from rspo.phase_memory import host_allocation
 from rspo.router import OldRouterCache
 
@@ -112,10 +113,11 @@ def weighted_mean(values: list[tuple[float, int, int]], by_tokens: bool = False)
 
 
 def merge_micro_metrics(metrics: dict[str, list[tuple[float, int, int]]], algo: str) -> dict[str, float]:
-    """One update's metrics from its micro-batches' (GSPO clips sequences: its clipfrac is a mean
-    over responses)."""
+    """One update's metrics from its micro-batches' (a loss whose clip fraction counts responses,
+    GSPO's, has it merged as a mean over responses: rspo.method.Objective.clip_unit)."""
+    by_sequence = OBJECTIVES[algo].clip_unit == "sequence"
     return {
-        k: weighted_mean(v, k in TOKEN_METRICS and not (k == "actor/pg_clipfrac" and algo == "gspo"))
+        k: weighted_mean(v, k in TOKEN_METRICS and not (k == "actor/pg_clipfrac" and by_sequence))
         for k, v in metrics.items()
     }
 
