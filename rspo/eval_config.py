@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rspo import benchmark_catalog as catalog
 from rspo.config import BACKENDS, TEMPLATES, ConfigError, build_checked
 from rspo.constraints import Section, section_schema, setting
 
@@ -32,10 +33,10 @@ __all__ = [
 # The held-out Countdown splits evaluated when `eval.countdown.splits` is not set (the generator
 # writes train, val and val_target; rspo.data.countdown).
 COUNTDOWN_EVAL_SPLITS: tuple[str, ...] = ("val", "val_target")
-# The benchmarks a preset may name (rspo.evaluate.benchmarks holds their files; a test keeps the two equal).
-MATH_BENCHMARK_NAMES = ("aime24", "amc23", "amc22_23", "math500", "minerva", "olympiadbench")
-PAPER_MATH_BENCHMARKS = ("aime24", "amc23", "math500", "minerva", "olympiadbench")  # Table 1's columns
-CODE_BENCHMARK_NAMES = ("humaneval", "mbpp", "livecodebench")
+# The benchmarks a preset may name: live views of the registered ones (rspo.benchmark_catalog).
+MATH_BENCHMARK_NAMES = catalog.names("math")
+PAPER_MATH_BENCHMARKS = catalog.paper_columns("math")  # Table 1's columns, the default
+CODE_BENCHMARK_NAMES = catalog.names("code")
 DEFAULT_MATH_SAMPLES = {"aime24": 32}  # the paper's avg@32 of AIME24, asked when a preset sets no sampling
 
 
@@ -149,7 +150,7 @@ class CodeRevisions(Section):
 @dataclass(frozen=True)
 class CodeEval(SuiteEval):
     benchmarks: tuple[str, ...] = setting(
-        CODE_BENCHMARK_NAMES, choices=CODE_BENCHMARK_NAMES, noun="code benchmark", nonempty=True
+        tuple(CODE_BENCHMARK_NAMES), choices=CODE_BENCHMARK_NAMES, noun="code benchmark", nonempty=True
     )
     """Code benchmarks scored."""
     data_paths: CodePaths = CodePaths()

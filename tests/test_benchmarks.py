@@ -98,9 +98,9 @@ def test_math_suite_row_counts_and_answers():
         "minerva": 272,
         "olympiadbench": 675,
     }
-    from rspo.report.reference import PROBLEMS  # what table_main's notes on the paper's numbers assume
+    from rspo.benchmark_catalog import BENCHMARKS  # what table_main's notes on the paper's numbers assume
 
-    assert {name: PROBLEMS[name] for name in counts} == counts
+    assert {name: BENCHMARKS[name].problems for name in counts} == counts
     amc = B.load_math_benchmark("amc22_23", limit=3)
     assert len(amc) == 3 and amc[0]["answer"] == "142" and amc[0]["id"] == "amc22_23/0"
     assert isinstance(B.load_math_benchmark("minerva", limit=1)[0]["answer"], list)
@@ -355,7 +355,13 @@ def test_amc23_is_the_vendored_40_problem_set_inside_dr_grpos_83(tmp_path, monke
     # a damaged copy is refused, not scored on fewer problems
     short = tmp_path / "test.jsonl"
     short.write_text("".join(path.read_text().splitlines(keepends=True)[:39]))
-    monkeypatch.setattr(B, "AMC23_FILE", short)
+    import dataclasses
+
+    from rspo import benchmark_catalog as catalog
+
+    monkeypatch.setitem(
+        catalog.BENCHMARKS, "amc23", dataclasses.replace(catalog.BENCHMARKS["amc23"], source=f"file:{short}")
+    )
     with pytest.raises(ValueError, match="39 rows, AMC23 has 40"):
         B.load_math_benchmark("amc23")
 

@@ -71,9 +71,11 @@ def test_the_benchmark_names_are_those_the_evaluation_can_load():
     from rspo.evaluate import benchmarks as B
     from rspo.report import reference as ref
 
+    assert MATH_BENCHMARK_NAMES == ("aime24", "amc23", "amc22_23", "math500", "minerva", "olympiadbench")
     assert MATH_BENCHMARK_NAMES == tuple(B.MATH_BENCHMARKS)
-    assert PAPER_MATH_BENCHMARKS == B.PAPER_MATH_BENCHMARKS
-    assert set(CODE_BENCHMARK_NAMES) == set(ref.CODE_BENCHMARKS) <= set(B.CODE_BENCHMARKS)
+    assert PAPER_MATH_BENCHMARKS == B.PAPER_MATH_BENCHMARKS == ref.paper_benchmarks("math")
+    assert set(CODE_BENCHMARK_NAMES) == set(ref.paper_benchmarks("code")) <= set(B.CODE_BENCHMARKS)
+    assert tuple(CODE_BENCHMARK_NAMES) == ("humaneval", "mbpp", "livecodebench")
 
 
 def test_the_schema_carries_each_constraint():

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "rspo",
             "rspo.method",
+            "rspo.benchmark_catalog",
             "rspo.jsonl",
             "rspo.subcommand",
             "rspo.seeding",

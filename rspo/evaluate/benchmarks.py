@@ -66,6 +66,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from rspo import benchmark_catalog as catalog
 from rspo.data.code import lcb_row_tests
 from rspo.data.math import normalise_answer, read_rows
 
@@ -74,30 +75,20 @@ log = logging.getLogger(__name__)
 DEFAULT_MATH_SUITE = Path(__file__).resolve().parent / "data" / "math_eval_suite"
 MATH_SUITE_ENV = "RSPO_MATH_EVAL_SUITE"
 
-AMC23_FILE = Path(__file__).resolve().parent / "data" / "amc23" / "test.jsonl"
-AMC23_ROWS = 40
-
-# benchmark name -> split of the Dr. GRPO suite (amc23: the vendored 40-problem file)
-MATH_BENCHMARKS: dict[str, str] = {
-    "aime24": "aime",
-    "amc23": "amc23",
-    "amc22_23": "amc",
-    "math500": "math",
-    "minerva": "minerva",
-    "olympiadbench": "olympiad_bench",
-}
-PAPER_MATH_BENCHMARKS = ("aime24", "amc23", "math500", "minerva", "olympiadbench")  # Table 1's columns
-MATH_SUITE_ROWS = {"aime": 30, "amc": 83, "math": 500, "minerva": 272, "olympiad_bench": 675}
-CODE_BENCHMARKS = ("humaneval", "humaneval_plus", "mbpp", "mbpp_plus", "livecodebench")
-ALL_BENCHMARKS = tuple(MATH_BENCHMARKS) + CODE_BENCHMARKS
+# The benchmarks' facts (names, problem counts, sources, revisions) are registered in
+# rspo.benchmark_catalog; these names are live views of it.
+MATH_BENCHMARKS = catalog.names("math")
+PAPER_MATH_BENCHMARKS = catalog.paper_columns("math")  # Table 1's columns
+CODE_BENCHMARKS = catalog.names("code", preset_only=False)
+AMC23_FILE = catalog.BENCHMARKS["amc23"].file  # the vendored 40-problem set
 
 MBPP_REPO = "google-research-datasets/mbpp"
 # Hub datasets read at a fixed commit, so a benchmark cannot change under a table (recorded in the
 # result's config.data). Public pins of these two datasets, not re-resolved here (no hub access).
-MBPP_REVISION = "4bb6404fdc6cacfda99d4ac4205087b89d32030c"
+MBPP_REVISION = catalog.MBPP_REVISION
 MBPP_FIELDS = ("task_id", "text", "code", "test_list", "test_setup_code", "challenge_test_list")
 LCB_REPO = "livecodebench/code_generation_lite"
-LCB_REVISION = "0fe84c3912ea0c4d4a78037083943e8f0c4dd505"
+LCB_REVISION = catalog.LCB_REVISION
 LCB_V4_V5_FILES = ("test4.jsonl", "test5.jsonl")
 LCB_FIELDS = (
     "question_title",
@@ -112,7 +103,7 @@ LCB_FIELDS = (
     "private_test_cases",
     "metadata",
 )
-HUB_REVISIONS = {"mbpp": MBPP_REVISION, "livecodebench": LCB_REVISION}
+HUB_REVISIONS = {b.name: b.revision for b in catalog.BENCHMARKS.values() if b.revision}
 EVALPLUS_FIELDS = (
     "task_id",
     "entry_point",
@@ -195,21 +186,25 @@ def read_suite_split(root: Path, split: str) -> list[dict[str, Any]]:
 
 
 def load_math_benchmark(name: str, path: str | os.PathLike | None = None, limit: int | None = None) -> list[dict]:
-    """Items of one math benchmark (aime24 | amc23 | amc22_23 | math500 | minerva | olympiadbench).
+    """Items of one registered math benchmark (aime24 | amc23 | amc22_23 | math500 | minerva |
+    olympiadbench, or one registered since: rspo.benchmark_catalog).
 
-    ``path`` is the Dr. GRPO suite folder (amc23 always reads its vendored file)."""
+    ``path`` is the Dr. GRPO suite folder (a benchmark read from its own file, amc23, ignores it). A
+    file with another number of rows than the benchmark has is refused; a suite split warns."""
     check_names([name], tuple(MATH_BENCHMARKS), "math")
-    split = MATH_BENCHMARKS[name]
-    if name == "amc23":
-        root = AMC23_FILE.parent
-        rows = read_rows(AMC23_FILE)
-        if len(rows) != AMC23_ROWS:
-            raise ValueError(f"{AMC23_FILE}: {len(rows)} rows, AMC23 has {AMC23_ROWS}")
+    bench = catalog.BENCHMARKS[name]
+    if bench.file is not None:
+        file = bench.file
+        root, split = file.parent, name
+        rows = read_rows(file)
+        if bench.problems is not None and len(rows) != bench.problems:
+            raise ValueError(f"{file}: {len(rows)} rows, {bench.label} has {bench.problems}")
     else:
+        split = bench.split
         root = math_suite_path(path)
         rows = read_suite_split(root, split)
-        if len(rows) != MATH_SUITE_ROWS[split]:
-            log.warning("%s: %d rows, the Dr. GRPO suite has %d", split, len(rows), MATH_SUITE_ROWS[split])
+        if bench.problems is not None and len(rows) != bench.problems:
+            log.warning("%s: %d rows, the Dr. GRPO suite has %d", split, len(rows), bench.problems)
     items = []
     for i, r in enumerate(rows):
         if "problem" not in r or "answer" not in r:
@@ -443,8 +438,8 @@ def load_livecodebench(
 # ---------------------------------------------------------------------------------------------
 def load_benchmark(name: str, limit: int | None = None, path: Any = None, **kwargs: Any) -> list[dict]:
     """Items of any benchmark by name; ``path`` is the benchmark's data location (see loaders)."""
-    check_names([name], ALL_BENCHMARKS, "")
-    if name in MATH_BENCHMARKS:
+    check_names([name], tuple(catalog.BENCHMARKS), "")
+    if catalog.BENCHMARKS[name].family == "math":
         return load_math_benchmark(name, path, limit)
     if name == "humaneval":
         return load_humaneval(path, limit)

@@ -23,24 +23,26 @@ report).
 
 from __future__ import annotations
 
-# Benchmark keys as written by `rspo evaluate` (eval JSON "benchmarks"), in the paper's column order.
-MATH_BENCHMARKS: tuple[str, ...] = ("aime24", "amc23", "math500", "minerva", "olympiadbench")
-CODE_BENCHMARKS: tuple[str, ...] = ("livecodebench", "mbpp", "humaneval")
-BENCHMARKS: dict[str, tuple[str, ...]] = {"math": MATH_BENCHMARKS, "code": CODE_BENCHMARKS}
-# Benchmarks the suite also evaluates that the paper's table has no column for (shown after Avg.,
-# outside it): Dr. GRPO's 83-problem AMC set.
-EXTRA_BENCHMARKS: dict[str, tuple[str, ...]] = {"math": ("amc22_23",), "code": ()}
-BENCHMARK_LABELS: dict[str, str] = {
-    "aime24": "AIME24",
-    "amc23": "AMC23",
-    "amc22_23": "AMC22-23 (83)",
-    "math500": "MATH500",
-    "minerva": "Minerva",
-    "olympiadbench": "OlympiadBench",
-    "livecodebench": "LCB",
-    "mbpp": "MBPP",
-    "humaneval": "HumanEval",
-}
+from rspo import benchmark_catalog as catalog
+
+
+def paper_benchmarks(task: str) -> tuple[str, ...]:
+    """The benchmarks of the paper's Table 1 for a task, in its column order (keys as written by
+    `rspo evaluate` in an eval JSON's "benchmarks")."""
+    return catalog.paper_columns(task)
+
+
+def extra_benchmarks(task: str) -> tuple[str, ...]:
+    """Benchmarks the suite also evaluates that the paper's table has no column for (shown after
+    Avg., outside it): Dr. GRPO's 83-problem AMC set, and any registered since."""
+    return tuple(b.name for b in catalog.BENCHMARKS.values() if b.family == task and b.column is None and b.preset)
+
+
+def label(bench: str) -> str:
+    """A benchmark's column label (its registered one; the key itself for one not registered)."""
+    entry = catalog.BENCHMARKS.get(bench)
+    return entry.label if entry else bench
+
 
 # Method keys: "base" or "<algo>" / "<algo>+rs", as in grid.main.methods.
 TABLE1_LABELS: dict[str, str] = {
@@ -51,43 +53,25 @@ TABLE1_LABELS: dict[str, str] = {
     "gmpo+rs": "GMPO+RS (RSPO)",
 }
 
-# Table 1 of the paper, Pass@1 (%). "avg" is the paper's printed Avg. column.
-TABLE1: dict[str, dict[str, dict[str, float]]] = {
-    "math": {
-        "base": {"aime24": 80.4, "amc23": 90.0, "math500": 90.7, "minerva": 47.7, "olympiadbench": 62.0, "avg": 74.2},
-        "grpo": {"aime24": 77.0, "amc23": 82.5, "math500": 91.8, "minerva": 48.2, "olympiadbench": 58.1, "avg": 71.5},
-        "gspo": {"aime24": 80.4, "amc23": 95.0, "math500": 93.6, "minerva": 48.9, "olympiadbench": 64.0, "avg": 76.4},
-        "gmpo": {"aime24": 80.1, "amc23": 92.5, "math500": 94.2, "minerva": 49.3, "olympiadbench": 65.9, "avg": 76.4},
-        "gmpo+rs": {
-            "aime24": 80.1,
-            "amc23": 95.0,
-            "math500": 94.2,
-            "minerva": 50.7,
-            "olympiadbench": 65.8,
-            "avg": 77.1,
-        },
-    },
-    "code": {
-        "base": {"livecodebench": 52.9, "mbpp": 86.4, "humaneval": 83.5, "avg": 74.3},
-        "grpo": {"livecodebench": 41.2, "mbpp": 81.4, "humaneval": 89.6, "avg": 70.7},
-        "gspo": {"livecodebench": 58.8, "mbpp": 87.2, "humaneval": 95.1, "avg": 80.4},
-        "gmpo": {"livecodebench": 64.7, "mbpp": 87.2, "humaneval": 95.7, "avg": 82.5},
-        "gmpo+rs": {"livecodebench": 70.5, "mbpp": 88.2, "humaneval": 97.0, "avg": 85.2},
-    },
+# Table 1 of the paper, Pass@1 (%): each benchmark's column is registered with it
+# (rspo.benchmark_catalog: reference); the printed Avg. column here.
+TABLE1_AVG: dict[str, dict[str, float]] = {
+    "math": {"base": 74.2, "grpo": 71.5, "gspo": 76.4, "gmpo": 76.4, "gmpo+rs": 77.1},
+    "code": {"base": 74.3, "grpo": 70.7, "gspo": 80.4, "gmpo": 82.5, "gmpo+rs": 85.2},
 }
+
+
+def table1(task: str) -> dict[str, dict[str, float]]:
+    """The paper's Table 1 for a task: method key -> {benchmark: value, "avg": the printed Avg.}."""
+    cols = paper_benchmarks(task)
+    return {
+        method: {**{b: catalog.BENCHMARKS[b].reference[method] for b in cols}, "avg": avg}
+        for method, avg in TABLE1_AVG[task].items()
+    }
+
+
 TABLE1_CAPTION = "Paper, Table 1 (Qwen3-30B-A3B, mean of 3 seeds)"
 
-# Problems per benchmark as the suite evaluates them (LiveCodeBench's count depends on the dates).
-PROBLEMS: dict[str, int] = {
-    "aime24": 30,
-    "amc23": 40,
-    "amc22_23": 83,
-    "math500": 500,
-    "minerva": 272,
-    "olympiadbench": 675,
-    "mbpp": 500,
-    "humaneval": 164,
-}
 # Qwen3's published AIME'24 score of Qwen3-30B-A3B in thinking mode (model card / technical report).
 QWEN3_30B_A3B_THINKING_AIME24 = 80.4
 
@@ -100,7 +84,7 @@ def one_evaluation_gives(value: float, n: int) -> bool:
 
 def implied_notes() -> list[str]:
     """What the paper's Table 1 numbers imply about how they were measured (see the docstring)."""
-    rows = TABLE1["math"]
+    rows = table1("math")
     aime = {k: r["aime24"] for k, r in rows.items()}
     aime_bad = [k for k, v in aime.items() if not (one_evaluation_gives(v, 30) or one_evaluation_gives(v, 90))]
     amc = {k: r["amc23"] for k, r in rows.items()}
@@ -120,10 +104,11 @@ def implied_notes() -> list[str]:
             f"AMC23 set; Dr. GRPO's 83-problem set could give {len(amc83)} of the {len(amc)} values."
         )
     base = rows.get("base", {})
+    problems = {name: b.problems for name, b in catalog.BENCHMARKS.items() if b.problems}
     odd = [
-        f"{BENCHMARK_LABELS[b]} {v}"
+        f"{label(b)} {v}"
         for b, v in base.items()
-        if b in PROBLEMS and b not in ("aime24",) and not one_evaluation_gives(v, PROBLEMS[b])
+        if b in problems and b not in ("aime24",) and not one_evaluation_gives(v, problems[b])
     ]
     if odd:
         notes.append(

@@ -296,7 +296,7 @@ def _protocol_line(task: str, base_file: Path, benches: list[str]) -> str:
             sampled += f", sd over runs {100 * e['std_over_runs']:.1f}"
         if e.get("unfinished_thinking"):
             sampled += f", {e['unfinished_thinking']}/{e.get('n_problems', 0) * (k or 1)} thoughts unfinished"
-        parts.append(f"{ref.BENCHMARK_LABELS.get(b, b)} {e.get('n_problems', '?')} problems, {sampled}")
+        parts.append(f"{ref.label(b)} {e.get('n_problems', '?')} problems, {sampled}")
     template = cfg.get("template", cfg.get("style", "?"))
     if template == "chat":
         think = cfg.get("enable_thinking")
@@ -310,7 +310,7 @@ def _protocol_line(task: str, base_file: Path, benches: list[str]) -> str:
         dec = f"temperature {cfg.get('temperature')}, top-p {cfg.get('top_p', 1.0)}, top-k {cfg.get('top_k') or 'off'}"
     budget = cfg.get("max_new_tokens") or "?"
     seed = cfg.get("seed", "?")
-    extra = [f"{ref.BENCHMARK_LABELS.get(b, b)} data: {v}" for b, v in (cfg.get("data") or {}).items()]
+    extra = [f"{ref.label(b)} data: {v}" for b, v in (cfg.get("data") or {}).items()]
     return (
         f"Protocol, {task} (ours, as the Base evaluation recorded it): "
         + "; ".join(parts)
@@ -331,10 +331,10 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
     extras: dict[str, list[str]] = {}
     for task in per_task:
         wanted = plan.spec.evaluation(task).benchmarks
-        benches[task] = [b for b in ref.BENCHMARKS[task] if b in wanted]
-        extras[task] = [b for b in ref.EXTRA_BENCHMARKS[task] if b in wanted]
-        columns += [ref.BENCHMARK_LABELS[b] for b in benches[task]] + ["Avg."]
-        columns += [ref.BENCHMARK_LABELS[b] for b in extras[task]]
+        benches[task] = [b for b in ref.paper_benchmarks(task) if b in wanted]
+        extras[task] = [b for b in ref.extra_benchmarks(task) if b in wanted]
+        columns += [ref.label(b) for b in benches[task]] + ["Avg."]
+        columns += [ref.label(b) for b in extras[task]]
         groups.append((task.capitalize(), len(benches[task]) + 1 + len(extras[task])))
 
     def width(task: str) -> int:
@@ -370,7 +370,7 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
         rows.append((ref.TABLE1_LABELS.get(key, key.upper()), cells))
     for task in per_task:
         if extras[task]:
-            shown = ", ".join(ref.BENCHMARK_LABELS[b] for b in extras[task])
+            shown = ", ".join(ref.label(b) for b in extras[task])
             notes.append(f"{task}: {shown} has no column in the paper's table; it is shown after Avg., outside it.")
         notes.append(_protocol_line(task, eval_dir / "base" / f"{task}.json", benches[task] + extras[task]))
 
@@ -379,7 +379,7 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
         for key in methods:
             cells = []
             for task in per_task:
-                paper = ref.TABLE1[task].get(key)
+                paper = ref.table1(task).get(key)
                 cells += (
                     (
                         [Cell(mean=paper[b]) for b in benches[task]]
