@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from rspo.backend_capabilities import CAPABILITIES
 from rspo.chat import HAND_TEMPLATES
 from rspo.constraints import Section, section_schema, setting
 from rspo.method import (  # noqa: F401 (ALGOS, ConfigError, check_gamma_min: re-exported for the planner and commands)
@@ -39,7 +40,7 @@ from rspo.method import (  # noqa: F401 (ALGOS, ConfigError, check_gamma_min: re
 )
 
 TASKS = ("countdown", "math", "code")
-BACKENDS = ("hf", "vllm")
+BACKENDS = tuple(CAPABILITIES)
 PROMPT_FORMATS = ("steps", "optimal_path", "search_path")
 TEMPLATES = ("auto", "chat") + tuple(dict.fromkeys(t for ts in HAND_TEMPLATES.values() for t in ts))
 
@@ -160,11 +161,12 @@ class RolloutConfig(Section):
                 "updates score the full temperature-scaled distribution, so a top-p sampler would make "
                 "every importance ratio compare another distribution than the one sampled",
             )
-        if self.backend != "vllm" and (self.tensor_parallel_size > 1 or self.vllm_sleep):
+        can = CAPABILITIES[self.backend]
+        if (self.tensor_parallel_size > 1 and not can.tensor_parallel) or (self.vllm_sleep and not can.sleep):
             raise _err(prefix, "tensor_parallel_size > 1 and vllm_sleep need backend: vllm")
-        if self.backend != "vllm" and self.vllm_enforce_eager:
+        if self.vllm_enforce_eager and not can.enforce_eager:
             raise _err(f"{prefix}.vllm_enforce_eager", "needs backend: vllm")
-        if self.dtype == "fp8" and self.backend != "hf":
+        if self.dtype == "fp8" and not can.fp8_decoding:
             raise _err(
                 f"{prefix}.dtype",
                 "fp8 rounds the hf backend's decoding weights (rspo.rollout.fp8); a vLLM engine in FP8 is "

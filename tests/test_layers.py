@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo",
             "rspo.method",
             "rspo.benchmark_catalog",
+            "rspo.backend_capabilities",
             "rspo.jsonl",
             "rspo.subcommand",
             "rspo.seeding",

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rspo.backend_capabilities import capabilities
 from rspo.chat import resolve_format
 from rspo.eval_config import CountdownEval, SuiteEval
 from rspo.preset import Preset
@@ -84,7 +85,7 @@ def decoding_of(settings: SuiteEval):
 def engine_tensor_parallel(setting: int | str, backend: str) -> int:
     """A vLLM evaluation engine spans every GPU the job holds ("auto", the default: the visible
     GPUs; 1 on a CPU or with the hf backend), or the number the preset gives."""
-    if backend != "vllm":
+    if not capabilities(backend).tensor_parallel:
         return 1
     if setting == "auto":
         import torch

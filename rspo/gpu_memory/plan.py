@@ -54,6 +54,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rspo.backend_capabilities import capabilities
 from rspo.config import load_preset
 from rspo.gpu_memory.shape import ModelShape, PlanError, dtype_bytes, model_shape
 from rspo.phase_memory import PHASES
@@ -217,7 +218,7 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
     )
     ro, sc = cfg.rollout, cfg.schedule
     N = ro.tensor_parallel_size
-    vllm = ro.backend == "vllm"
+    vllm = not capabilities(ro.backend).in_trainer  # an engine beside the trainer
     offload = cfg.model.cpu_offload
     G = ro.group_size
     row = cfg.data.max_prompt_tokens + ro.max_new_tokens  # the longest row a forward can see
@@ -397,7 +398,7 @@ def plan_run(cfg, model: ModelShape, setup: Setup, task: str = "") -> RunPlan:
     # sync's do (rspo.rollout.vllm), while it holds its whole share
     if vllm:
         phases["engine_start"].add("a gathered layer (the engine's first load)", sync_layer, sync_layer_formula)
-    if ro.backend == "hf":
+    if capabilities(ro.backend).in_trainer:  # the decoder's KV cache in the trainer's memory
         kv = model.kv_bytes_per_token(c, 1) * (sc.prompts_per_step * G // W) * row
         phases["rollout"].add("generation KV cache", kv, f"{model.kv_bytes_per_token(c, 1)} B/token x rows x {row}")
     for name, backward in (("old_pass", False), ("update", True)):

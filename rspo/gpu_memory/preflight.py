@@ -60,6 +60,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rspo.backend_capabilities import capabilities
+
 GIB = 2**30
 STAGES = ("first", "resume")
 PARITY_KL = 0.015
@@ -113,7 +115,7 @@ def run_stage(stage: str, args) -> None:
         schedule=replace(cfg.schedule, total_steps=2, val_every=0, ckpt_every=0),
     )
     engine = None
-    standin = cfg.rollout.backend == "vllm" and not _have_vllm()
+    standin = _needs_standin(cfg.rollout.backend)
     if standin:
         engine = _standin_factory(cfg, config)
     policy = Policy(cfg, process_group(cfg), random_weights=True)
@@ -142,10 +144,12 @@ def run_stage(stage: str, args) -> None:
     os._exit(0)  # an in-process engine is not torn down in order; nothing is left to write
 
 
-def _have_vllm() -> bool:
+def _needs_standin(backend: str) -> bool:
+    """An engine whose package is not installed here (vLLM on a machine without it): the stand-in."""
     import importlib.util
 
-    return importlib.util.find_spec("vllm") is not None
+    package = capabilities(backend).package
+    return package is not None and importlib.util.find_spec(package) is None
 
 
 def _standin_factory(cfg, config):

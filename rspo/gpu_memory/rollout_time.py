@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rspo.backend_capabilities import capabilities
 from rspo.gpu_memory.plan import GIB, RunPlan, kv_cache_tokens
 from rspo.gpu_memory.shape import dtype_bytes
 
@@ -87,7 +88,7 @@ def rollout_time(plan: RunPlan, gpu: str) -> RolloutTime | None:
     has no vLLM engine (the hf backend generates in the trainer) or the GPU is not named."""
     cfg, model = plan.cfg, plan.model
     spec = GPU_SPECS.get(gpu)
-    if spec is None or cfg.rollout.backend != "vllm":
+    if spec is None or capabilities(cfg.rollout.backend).in_trainer:
         return None
     c = dtype_bytes(cfg.model.dtype)
     tp = cfg.rollout.tensor_parallel_size

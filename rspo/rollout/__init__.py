@@ -14,21 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from rspo.backend_capabilities import capabilities
 from rspo.rollout.base import RolloutBackend, RolloutBatch, Sampling
 
 __all__ = ["RolloutBatch", "RolloutBackend", "Sampling", "generate_chunks", "load_generator", "make_backend"]
 
 
 def make_backend(name: str, model, tokenizer, **kwargs) -> RolloutBackend:
-    if name == "hf":
-        from rspo.rollout.hf import HFBackend
+    """The backend ``name`` (its class from rspo.backend_capabilities), built on the training model."""
+    import importlib
 
-        return HFBackend(model, tokenizer, **kwargs)
-    if name == "vllm":
-        from rspo.rollout.vllm import VLLMBackend
-
-        return VLLMBackend(model, tokenizer, **kwargs)
-    raise ValueError(f"rollout.backend: unknown backend {name!r}; choose hf or vllm")
+    module, cls = capabilities(name).factory.split(":")
+    return getattr(importlib.import_module(module), cls)(model, tokenizer, **kwargs)
 
 
 def generate_chunks(

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rspo.backend_capabilities import capabilities
 from rspo.config import TrainConfig
 from rspo.distributed import Dist
 from rspo.rollout import RolloutBackend, RolloutBatch, Sampling
@@ -98,7 +99,9 @@ class Rollouts:
         self.tp = cfg.rollout.tensor_parallel_size
         # rollout routing replay needs the engine's experts; the hf backend reports them for the
         # routing-agreement metric too (cheap: K bytes per token and MoE layer)
-        self.record_routing = cfg.algorithm.routing == "rollout_replay" or cfg.rollout.backend == "hf"
+        self.record_routing = (
+            cfg.algorithm.routing == "rollout_replay" or capabilities(cfg.rollout.backend).routing_for_free
+        )
         self.train_records = records.train
         self.val_records = records.val
         self._perm: tuple[int, list[int]] = (-1, [])
@@ -107,7 +110,7 @@ class Rollouts:
         """The hf backend decodes with the training model: in the compute dtype, or in rollout.dtype
         when one is set (autocast to it: the engine's precision, unlike the trainer's; fp8: an
         FP8 W8A8 engine while it decodes, rspo.rollout.fp8)."""
-        if self.cfg.rollout.backend != "hf":
+        if not capabilities(self.cfg.rollout.backend).in_trainer:
             return contextlib.nullcontext()
         dtype = self.cfg.rollout.dtype
         if not dtype or dtype == self.cfg.model.dtype:
