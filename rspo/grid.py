@@ -1,10 +1,14 @@
 """The run grid: which RL runs a preset names, and the config of each.
 
-``expand_grid`` turns the preset's ``grid:`` mapping (and each regime's section, ``stress:`` and
-``mismatch:``, see ``REGIMES``) into named runs (``run_name``: ``gmpo-rs0.8-s0``, ``grpo-s1``,
-``mismatch-gmpo-tis-s0``, ...); a run several figures need is one run, trained once.
-``load_train_config`` resolves one named run into a ``TrainConfig`` (rspo.config holds the
-dataclasses and their validation). Which of these runs a target needs is rspo.plan's question.
+A run of the grid is one frozen ``Run`` (its grid keys: algorithm, RS, gamma_min, stop-gradient,
+routing, rollout correction, rollout dtype, task, regime, seed); ``Run.name`` is the only namer
+(``gmpo-rs0.8-s0``, ``grpo-s1``, ``mismatch-gmpo-tis-s0``, ...) and ``Run.rl_section`` the one place a
+run is written onto the preset's `rl:`. ``expand_grid`` turns the preset's typed ``grid:`` (and each
+regime's section, ``stress:`` and ``mismatch:``, see ``REGIMES``) into ``{family: {name: Run}}``; a run
+several figures need is one run, trained once. ``train_config`` resolves a Run into a
+``TrainConfig`` (rspo.config holds the dataclasses and their validation) and ``load_train_config``
+looks a run up by name in one cached expansion. Which of these runs a target needs is rspo.plan's
+question.
 
 It imports nothing heavy (no torch): ``snakemake -n`` stays fast.
 """
@@ -12,47 +16,90 @@ It imports nothing heavy (no torch): ``snakemake -n`` stays fast.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rspo import config as rcfg
-from rspo.config import TrainConfig
+from rspo.config import TrainConfig, build_checked
 from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
 from rspo.preset import Preset
-from rspo.study_config import GRID_FAMILIES, build_regime, grid_family
+from rspo.study_config import GridConfig, build_regime
 
 
 def _err(key: str, msg: str) -> ConfigError:
     return ConfigError(f"{key}: {msg}")
 
 
-def run_name(
-    algo: str,
-    router_shift: bool = False,
-    gamma_min: float = DEFAULT_GAMMA_MIN,
-    stop_gradient: bool = True,
-    routing: str = "none",
-    seed: int = 0,
-    correction: str = "none",
-    rollout_dtype: str = "",
-) -> str:
-    """Canonical run name: `gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`,
-    `gmpo-rolloutreplay-s0` (R3), `gmpo-rs0.8-tis-s0` (a rollout correction: tis, icepop, seqtis, mis),
-    `gmpo-fp8-s0` (an engine in another precision than the trainer's; in the grid a regime's prefix,
-    `mismatch-`, says that instead)."""
-    parts = [algo]
-    if router_shift:
-        parts.append(f"rs{gamma_min:g}")
-        if not stop_gradient:
-            parts.append("nosg")
-    if routing != "none":
-        parts.append(routing.replace("_", ""))
-    if correction != "none":
-        parts.append(CORRECTION_NAMES[correction])
-    if rollout_dtype:
-        parts.append(rollout_dtype)
-    parts.append(f"s{seed}")
-    return "-".join(parts)
+_SEED_SUFFIX = re.compile(r"-s\d+$")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One RL run of the grid: the grid keys that make it differ from the preset's `rl:`. Its identity
+    is its name (``name``); ``rl_section`` writes it onto the preset's `rl:`."""
+
+    algo: str
+    seed: int = 0
+    router_shift: bool = False
+    gamma_min: float = DEFAULT_GAMMA_MIN
+    stop_gradient: bool = True
+    routing: str = "none"
+    rollout_correction: str = "none"
+    """Train-inference mismatch correction (beyond the paper; rspo.losses.rollout_correction)."""
+    rollout_dtype: str = ""
+    """An engine precision named in the run (a run outside the grid; a regime's prefix says it there)."""
+    task: str = "countdown"
+    main: bool = False
+    """A Table 1 run (the `main` family): named ``<task>-...``, `rl` overlaid with `tasks.<task>`."""
+    regime: str = "natural"
+    """natural, or one of REGIMES (the preset's `<regime>` overlay; names prefixed `<regime>-`)."""
+
+    @property
+    def name(self) -> str:
+        """`gmpo-rs0.8-s0`, `grpo-s1`, `gmpo-rs0.8-nosg-s0`, `gmpo-freeze-s0`, `gmpo-rolloutreplay-s0`
+        (R3), `gmpo-rs0.8-tis-s0` (a rollout correction: tis, icepop, seqtis, mis), `gmpo-fp8-s0` (an
+        engine in another precision), `math-gmpo-rs0.8-s0` (Table 1), `stress-grpo-s0` (a regime)."""
+        parts = [self.algo]
+        if self.router_shift:
+            parts.append(f"rs{self.gamma_min:g}")
+            if not self.stop_gradient:
+                parts.append("nosg")
+        if self.routing != "none":
+            parts.append(self.routing.replace("_", ""))
+        if self.rollout_correction != "none":
+            parts.append(CORRECTION_NAMES[self.rollout_correction])
+        if self.rollout_dtype:
+            parts.append(self.rollout_dtype)
+        parts.append(f"s{self.seed}")
+        name = "-".join(parts)
+        if self.main:
+            name = f"{self.task}-{name}"
+        return name if self.regime == "natural" else f"{self.regime}-{name}"
+
+    @property
+    def method(self) -> str:
+        """The run name without its seed suffix: the unit tables and figures average over."""
+        return _SEED_SUFFIX.sub("", self.name)
+
+    def rl_section(self, preset: Preset) -> dict[str, Any]:
+        """The run's `rl:` mapping: the preset's, the task's overlay (a Table 1 run), the regime's, then
+        the run's algorithm keys (its rollout correction only where it has one: a run named before
+        corrections existed keeps the preset's)."""
+        rl = preset.rl_section(self.task if self.main else None, None if self.regime == "natural" else self.regime)
+        algo = {
+            "algo": self.algo,
+            "router_shift": self.router_shift,
+            "gamma_min": self.gamma_min,
+            "stop_gradient": self.stop_gradient,
+            "routing": self.routing,
+        }
+        if self.rollout_correction != "none":
+            algo["rollout_correction"] = self.rollout_correction
+        rl.setdefault("algorithm", {}).update(algo)
+        return rl
 
 
 # Short names of the rollout corrections (rspo.losses.rollout_correction), in run names and labels.
@@ -80,93 +127,69 @@ REGIMES: dict[str, str] = {
 }
 
 
-def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Grid families -> {run name: algorithm overrides (+ seed)}.
+Families = dict[str, dict[str, Run]]
 
-    Returns {family: {name: {"algorithm": {...}, "seed": s}}}; the same name in several
-    families is the same run (trained once). Families: plugin (algos x router_shift: Figs. 1,
-    4, 6, 7), gamma_min (Fig. 3), stop_gradient (Fig. 5), routing (Fig. 8), and mechanism (the
-    GRPO and RSPO runs of the plugin family, Fig. 6), and main (Table 1 / Fig. 2: for each task
-    in `grid.main.tasks`, the methods in `grid.main.methods` such as "gmpo+rs"; the run config is
-    `rl` overlaid with the preset's `tasks.<task>` mapping, and the run name starts with the task).
-    """
-    grid = preset.grid()
-    if not isinstance(grid, dict):
-        raise _err("grid", "expected a mapping")
-    unknown = sorted(set(grid) - set(GRID_FAMILIES))
-    if unknown:
-        raise _err(f"grid.{unknown[0]}", f"unknown grid family; valid ones are {sorted(GRID_FAMILIES)}")
+
+def expand_grid(preset: Preset, seeds: list[int] | None = None) -> Families:
+    """Grid families -> {run name: Run}; the same name in several families is the same run (trained
+    once). Families: plugin (algos x router_shift: Figs. 1, 4, 6, 7), gamma_min (Fig. 3),
+    stop_gradient (Fig. 5), routing (Fig. 8), mechanism (the GRPO and RSPO runs of the plugin family,
+    Fig. 6), each regime's families (``regime_families``), and main (Table 1 / Fig. 2: for each task in
+    `grid.main.tasks`, the methods in `grid.main.methods` such as "gmpo+rs"; `rl` overlaid with the
+    preset's `tasks.<task>` mapping, the run name starting with the task). The grid's settings are
+    the typed sections of rspo.study_config (GridConfig), checked as they are built."""
+    raw = preset.grid()  # a family named without settings takes its defaults
+    grid = build_checked(
+        GridConfig, {k: {} if v is None else v for k, v in raw.items()} if isinstance(raw, dict) else raw, "grid"
+    )
     seeds = preset.seeds if seeds is None else list(seeds)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise _err("seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    default_gamma = preset.rl().algorithm.gamma_min
+    rl = preset.rl()
+    base = Run("", gamma_min=rl.algorithm.gamma_min, task=rl.data.task)
 
-    def spec(
-        algo: str,
-        seed: int,
-        rs: bool = False,
-        gmin: float = default_gamma,
-        sg: bool = True,
-        routing: str = "none",
-        task: str = "",
-        correction: str = "none",
-    ) -> tuple[str, dict[str, Any]]:
-        algo_over = {"algo": algo, "router_shift": rs, "gamma_min": gmin, "stop_gradient": sg, "routing": routing}
-        if correction != "none":  # left out otherwise: the runs named before corrections existed keep their config
-            algo_over["rollout_correction"] = correction
-        name = run_name(algo, rs, gmin, sg, routing, seed, correction)
-        if task:
-            return f"{task}-{name}", {"algorithm": algo_over, "seed": seed, "task": task}
-        return name, {"algorithm": algo_over, "seed": seed}
+    def run(algo: str, seed: int, **keys: Any) -> tuple[str, Run]:
+        r = dataclasses.replace(base, algo=algo, seed=seed, **keys)
+        return r.name, r
 
-    families: dict[str, dict[str, dict[str, Any]]] = {}
-    if "plugin" in grid:
-        g = grid_family("plugin", grid["plugin"])
+    families: Families = {}
+    if grid.plugin is not None:
+        g = grid.plugin
+        families["plugin"] = dict(
+            run(a, seed, router_shift=rs) for seed in seeds for a in g.algos for rs in g.router_shift
+        )
+        families["mechanism"] = dict(
+            run(a, seed, router_shift=rs) for seed in seeds for a, rs in (("grpo", False), ("gmpo", True))
+        )
+    if grid.gamma_min is not None:
+        g = grid.gamma_min
+        families["gamma_min"] = dict(
+            run(g.algo, seed, router_shift=True, gamma_min=v) for seed in seeds for v in g.values
+        )
+    if grid.stop_gradient is not None:
+        g = grid.stop_gradient
+        families["stop_gradient"] = dict(
+            run(g.algo, seed, router_shift=True, stop_gradient=sg) for seed in seeds for sg in (True, False)
+        )
+    if grid.routing is not None:
+        g = grid.routing
         fam = {}
         for seed in seeds:
-            for algo in g.algos:
-                for rs in g.router_shift:
-                    name, ov = spec(algo, seed, rs=rs)
-                    fam[name] = ov
-        families["plugin"] = fam
-        mech = {}
-        for seed in seeds:
-            for algo, rs in (("grpo", False), ("gmpo", True)):
-                name, ov = spec(algo, seed, rs=rs)
-                mech[name] = ov
-        families["mechanism"] = mech
-    if "gamma_min" in grid:
-        g = grid_family("gamma_min", grid["gamma_min"])
-        families["gamma_min"] = dict(spec(g.algo, seed, rs=True, gmin=v) for seed in seeds for v in g.values)
-    if "stop_gradient" in grid:
-        g = grid_family("stop_gradient", grid["stop_gradient"])
-        fam = {}
-        for seed in seeds:
-            for sg in (True, False):
-                name, ov = spec(g.algo, seed, rs=True, sg=sg)
-                fam[name] = ov
-        families["stop_gradient"] = fam
-    if "routing" in grid:
-        g = grid_family("routing", grid["routing"])
-        fam = {}
-        for seed in seeds:
-            name, ov = spec(g.algo, seed, rs=True)  # RSPO, the reference
-            fam[name] = ov
+            fam.update([run(g.algo, seed, router_shift=True)])  # RSPO, the reference
             for mode in g.modes:
                 if mode == "none":  # the algorithm alone (no RS, no routing control): the mismatch baseline
-                    name, ov = spec(g.algo, seed)
+                    fam.update([run(g.algo, seed)])
                 elif mode in BEYOND_PAPER_ROWS:  # R3, TIS, RS+TIS (beyond the paper)
                     routing, rs, corr = BEYOND_PAPER_ROWS[mode]
-                    name, ov = spec(g.algo, seed, rs=rs, routing=routing, correction=corr)
+                    fam.update([run(g.algo, seed, router_shift=rs, routing=routing, rollout_correction=corr)])
                 else:
-                    name, ov = spec(g.algo, seed, routing=mode)
-                fam[name] = ov
+                    fam.update([run(g.algo, seed, routing=mode)])
         families["routing"] = fam
     for regime in REGIMES:
         if preset.has(regime):
             families.update(regime_families(preset, families, regime, seeds))
-    if "main" in grid:
-        g = grid_family("main", grid["main"])
+    if grid.main is not None:
+        g = grid.main
         tasks = preset.task_overlays
         fam = {}
         for task in g.tasks:
@@ -175,15 +198,12 @@ def expand_grid(preset: Preset, seeds: list[int] | None = None) -> dict[str, dic
             for seed in seeds:
                 for method in g.methods:  # <algo> or <algo>+rs
                     algo, _, plus = method.partition("+")
-                    name, ov = spec(algo, seed, rs=plus == "rs", task=task)
-                    fam[name] = ov
+                    fam.update([run(algo, seed, router_shift=plus == "rs", task=task, main=True)])
         families["main"] = fam
     return families
 
 
-def regime_families(
-    preset: Preset, families: dict[str, dict[str, dict[str, Any]]], regime: str, seeds: list[int]
-) -> dict[str, dict[str, dict[str, Any]]]:
+def regime_families(preset: Preset, families: Families, regime: str, seeds: list[int]) -> Families:
     """A regime (REGIMES): the Countdown families named in ``<regime>.families``, again, with the
     ``<regime>.rl`` overlay (a router learning-rate multiplier, an engine precision) and run names
     prefixed ``<regime>-``; an optional ``<regime>.grid`` overlays those families' grid settings
@@ -201,7 +221,7 @@ def regime_families(
                 raise _err(f"{regime}.grid.{fam}", f"expected a mapping overlaying grid.{fam} of this preset")
             grid[fam] = {**(grid[fam] or {}), **over}
         source = expand_grid(preset.with_grid(grid, drop=tuple(REGIMES)), seeds)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: Families = {}
     for fam in st.families:
         if fam not in source or fam in ("main", "mechanism"):
             raise _err(
@@ -210,9 +230,8 @@ def regime_families(
                 f"(have: {sorted(f for f in source if f not in ('main', 'mechanism'))})",
             )
         for name in [fam] + (["mechanism"] if fam == "plugin" else []):
-            out[f"{regime}_{name}"] = {
-                f"{regime}-{run}": {**ov, "regime": regime} for run, ov in source[name].items() if ov["seed"] in own
-            }
+            runs = (dataclasses.replace(r, regime=regime) for r in source[name].values() if r.seed in own)
+            out[f"{regime}_{name}"] = {r.name: r for r in runs}
     return out
 
 
@@ -228,54 +247,75 @@ def base_family(family: str) -> str:
     return rest if regime in REGIMES and rest else family
 
 
-def all_runs(preset: Preset, seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
-    """Every distinct run of the grid, name -> overrides."""
-    runs: dict[str, dict[str, Any]] = {}
+def all_runs(preset: Preset, seeds: list[int] | None = None) -> dict[str, Run]:
+    """Every distinct run of the grid, name -> Run."""
+    runs: dict[str, Run] = {}
     for fam in expand_grid(preset, seeds).values():
         runs.update(fam)
     return runs
 
 
-def load_train_config(
-    preset_path: str | Path, run: str | None = None, overrides: list[str] | None = None, seed: int | None = None
-) -> TrainConfig:
-    """Resolve one RL run: preset `rl:` + the named grid run's overrides + `key=value` overrides."""
-    spec = Preset.load(preset_path)
-    rl = spec.rl_section()
-    run_seed = int(spec.seeds[0]) if seed is None else seed
-    name = run or ""
-    if run:
-        runs = all_runs(spec)
-        seed_suffix = run.rsplit("-s", 1)[-1]
-        if run not in runs and seed_suffix.isdigit():  # a seed given with --config seeds=[...]
-            runs = all_runs(spec, seeds=[int(seed_suffix)])
-        if run not in runs:
-            raise _err("run", f"{run!r} is not in the preset's grid; known runs: {sorted(runs)}")
-        ov = runs[run]
-        regime = ov.get("regime") if ov.get("regime") in REGIMES else None
-        rl = spec.rl_section(ov.get("task"), regime)
-        rl.setdefault("algorithm", {}).update(ov["algorithm"])
-        run_seed = ov["seed"]
+@functools.lru_cache(maxsize=64)
+def _expansion(path: str, mtime_ns: int, seeds: tuple[int, ...] | None) -> tuple[Preset, dict[str, Run]]:
+    """One preset file's runs, expanded once per (file version, seeds)."""
+    preset = Preset.load(path)
+    return preset, all_runs(preset, None if seeds is None else list(seeds))
+
+
+def find_run(preset: Preset, name: str) -> Run:
+    """The run of the preset's grid named ``name``; a seed outside the preset's list (a run of
+    `--config seeds=[...]`) is found among that seed's runs. A ConfigError lists the known names."""
+    if preset.path is not None and preset.path.is_file():
+        key = str(preset.path.resolve()), preset.path.stat().st_mtime_ns
+        runs = _expansion(*key, None)[1]
+    else:
+        runs = all_runs(preset)
+    seed_suffix = name.rsplit("-s", 1)[-1]
+    if name not in runs and seed_suffix.isdigit():
+        other = (
+            _expansion(*key, (int(seed_suffix),))[1]
+            if preset.path is not None and preset.path.is_file()
+            else all_runs(preset, seeds=[int(seed_suffix)])
+        )
+        runs = {**runs, **other}
+    if name not in runs:
+        raise _err("run", f"{name!r} is not in the preset's grid; known runs: {sorted(runs)}")
+    return runs[name]
+
+
+def train_config(preset: Preset, run: Run | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """A run's TrainConfig: the preset's `rl:` with the run written onto it (``Run.rl_section``), then
+    ``key=value`` overrides (``seed=N`` sets the seed). Without a run: the preset's `rl:`, named by
+    every grid setting it has, so two such runs that differ never share an MLflow name."""
+    rl = run.rl_section(preset) if run is not None else preset.rl_section()
+    seed = run.seed if run is not None else int(preset.seeds[0])
     for text in overrides or []:
         key, value = rcfg.parse_override(text)
         if key == "seed":
-            run_seed = int(value)
+            seed = int(value)
             continue
         rcfg.set_by_path(rl, key.removeprefix("rl."), value)
-    cfg = rcfg.train_config_from_dict(rl, seed=run_seed, preset=spec.name, run_name=name)
-    if not name:
+    cfg = rcfg.train_config_from_dict(rl, seed=seed, preset=preset.name, run_name=run.name if run else "")
+    if run is None:
         a = cfg.algorithm
-        cfg = dataclasses.replace(
-            cfg,  # named by every grid setting it has: two runs that differ never share an MLflow name
-            run_name=run_name(
-                a.algo,
-                a.router_shift,
-                a.gamma_min,
-                a.stop_gradient,
-                a.routing,
-                cfg.seed,
-                a.rollout_correction,
-                cfg.rollout.dtype,
-            ),
+        named = Run(
+            a.algo,
+            cfg.seed,
+            a.router_shift,
+            a.gamma_min,
+            a.stop_gradient,
+            a.routing,
+            a.rollout_correction,
+            cfg.rollout.dtype,
         )
+        cfg = dataclasses.replace(cfg, run_name=named.name)
     return cfg
+
+
+def load_train_config(
+    preset: str | Path | Preset, run: str | None = None, overrides: list[str] | None = None
+) -> TrainConfig:
+    """Resolve one RL run: the preset (a file, or a Preset loaded once by the caller) + the named grid
+    run (looked up in one cached expansion) + `key=value` overrides."""
+    spec = preset if isinstance(preset, Preset) else Preset.load(preset)
+    return train_config(spec, find_run(spec, run) if run else None, overrides)

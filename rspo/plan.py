@@ -34,8 +34,6 @@ Choices that are ours, not the paper's (the paper index is in docs/design.md):
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +42,11 @@ from rspo.config import TASKS, removed_reason
 from rspo.grid import (
     CORRECTION_NAMES,
     REGIMES,
-    all_runs,
+    Run,
     base_family,
     expand_grid,
-    load_train_config,
     off_default_regimes,
+    train_config,
 )
 from rspo.method import DEFAULT_GAMMA_MIN, OBJECTIVES, ConfigError
 from rspo.preset import Preset
@@ -143,31 +141,6 @@ DEFAULT_RESOURCES: dict[str, dict[str, Any]] = {
     "report": {"threads": 1, "mem_mb": 2000, "runtime": 15, "gpu": 0, "processes": 1},
 }
 RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "cpus_per_gpu", "processes")
-
-_SEED_SUFFIX = re.compile(r"-s(\d+)$")
-
-
-@dataclass(frozen=True)
-class Run:
-    """One RL run of the grid (its identity is the name; see run_name)."""
-
-    name: str
-    task: str
-    seed: int
-    algo: str
-    router_shift: bool
-    gamma_min: float
-    stop_gradient: bool
-    routing: str
-    regime: str = "natural"
-    """natural, or one of REGIMES (the preset's `<regime>` overlay; names prefixed `<regime>-`)."""
-    rollout_correction: str = "none"
-    """Train-inference mismatch correction (beyond the paper; rspo.losses.rollout_correction)."""
-
-    @property
-    def method(self) -> str:
-        """The run name without its seed suffix: the unit tables and figures average over."""
-        return _SEED_SUFFIX.sub("", self.name)
 
 
 def method_label(run: Run, default_gamma: float = DEFAULT_GAMMA_MIN) -> str:
@@ -265,22 +238,8 @@ class Plan:
         runs = self.spec.rl()  # the typed `rl:` (its defaults where the preset sets none)
         self.default_task = runs.data.task
         self.default_gamma = runs.algorithm.gamma_min
-        self.runs: dict[str, Run] = {}
-        for fam in self.families.values():
-            for name, ov in fam.items():
-                a = ov["algorithm"]
-                self.runs[name] = Run(
-                    name=name,
-                    task=str(ov.get("task", self.default_task)),
-                    seed=int(ov["seed"]),
-                    algo=a["algo"],
-                    router_shift=bool(a["router_shift"]),
-                    gamma_min=float(a["gamma_min"]),
-                    stop_gradient=bool(a["stop_gradient"]),
-                    routing=a["routing"],
-                    regime=str(ov.get("regime", "natural")),
-                    rollout_correction=str(a.get("rollout_correction", "none")),
-                )
+        self.runs: dict[str, Run] = {name: run for fam in self.families.values() for name, run in fam.items()}
+        self._grid_runs = {name: run for fam in expanded.values() for name, run in fam.items()}  # for check()
 
     # ------------------------------------------------------------------ loading
 
@@ -425,16 +384,16 @@ class Plan:
 
     # ------------------------------------------------------------------ deep validation
 
-    def check(self, preset_path: str | Path) -> None:
-        """Resolve every run of the preset's own grid into a TrainConfig (raises ConfigError).
+    def check(self) -> None:
+        """Resolve every run of the grid (this plan's seeds, every family) into a TrainConfig (raises
+        ConfigError), from the expansion the plan already holds.
 
         The schema checks keys, types and ranges; this adds the cross-field checks of the
         dataclasses (mini-batch divides the batch, ...) and that every batch splits over the
         train jobs' data-parallel processes (resources.train.processes), before any job starts."""
-        own = all_runs(self.spec)
         processes = int(self.resources("train")["processes"])
-        for name in own:
-            rcfg.check_world_size(load_train_config(preset_path, name), processes)
+        for run in self._grid_runs.values():
+            rcfg.check_world_size(train_config(self.spec, run), processes)
 
 
 # ---------------------------------------------------------------------------- schema validation

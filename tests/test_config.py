@@ -11,7 +11,7 @@ from rspo.config import (
     load_preset,
     train_config_from_dict,
 )
-from rspo.grid import all_runs, expand_grid, load_train_config, run_name
+from rspo.grid import Run, all_runs, expand_grid, load_train_config
 from rspo.preset import Preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +64,28 @@ def test_configs_are_frozen():
 
 
 def test_run_names():
-    assert run_name("gmpo", True, 0.8) == "gmpo-rs0.8-s0"
-    assert run_name("grpo", seed=2) == "grpo-s2"
-    assert run_name("gmpo", True, 0.8, stop_gradient=False) == "gmpo-rs0.8-nosg-s0"
-    assert run_name("gmpo", routing="index_replay") == "gmpo-indexreplay-s0"
+    assert Run("gmpo", router_shift=True, gamma_min=0.8).name == "gmpo-rs0.8-s0"
+    assert Run("grpo", seed=2).name == "grpo-s2"
+    assert Run("gmpo", router_shift=True, stop_gradient=False).name == "gmpo-rs0.8-nosg-s0"
+    assert Run("gmpo", routing="index_replay").name == "gmpo-indexreplay-s0"
+    assert Run("gmpo", rollout_correction="token_truncate", router_shift=True).name == "gmpo-rs0.8-tis-s0"
+    assert Run("gmpo", rollout_dtype="fp8").name == "gmpo-fp8-s0"
+    assert Run("gmpo", task="math", main=True, router_shift=True).name == "math-gmpo-rs0.8-s0"
+    assert Run("grpo", regime="stress", seed=1).name == "stress-grpo-s1" and Run("grpo", seed=3).method == "grpo"
+
+
+def test_a_run_is_written_onto_rl_once_and_its_config_is_a_lookup():
+    from rspo.grid import find_run, train_config
+
+    preset = Preset.load(ROOT / "configs" / "small.yaml")
+    run = find_run(preset, "stress-gmpo-rs0.8-s1")
+    assert run == Run("gmpo", 1, router_shift=True, regime="stress", gamma_min=preset.rl().algorithm.gamma_min)
+    rl = run.rl_section(preset)
+    assert rl["algorithm"]["router_shift"] is True and rl["optim"]["router_lr_mult"] == 300
+    assert "rollout_correction" not in rl["algorithm"]  # a run without one keeps the preset's
+    assert train_config(preset, run) == load_train_config(ROOT / "configs" / "small.yaml", run.name)
+    # a seed outside the preset's list (--config seeds=[...]) is found among that seed's runs
+    assert find_run(preset, "gmpo-rs0.8-s9").seed == 9
 
 
 def test_small_grid_trains_shared_runs_once():

@@ -35,7 +35,7 @@ def test_preset_validates_and_every_run_resolves(name):
     assert preset["preset"] == name
     validate_preset(preset, SCHEMA_FILE, where=name)
     plan = Plan(preset)
-    plan.check(ROOT / "configs" / f"{name}.yaml")
+    plan.check()
     assert plan.runs and plan.targets()
 
 
@@ -199,7 +199,7 @@ def test_cross_field_errors_are_caught_before_jobs(tmp_path):
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(preset))
     with pytest.raises(rcfg.ConfigError, match="rl.schedule.mini_batch_prompts"):
-        Plan(preset).check(path)
+        Plan(preset).check()
 
 
 # ---------------------------------------------------------------------------- the paper presets

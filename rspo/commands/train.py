@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu_environment()  # harmless on a CPU: nothing reads them there
     from rspo.config import ConfigError
     from rspo.grid import load_train_config
+    from rspo.preset import Preset
     from rspo.tracking import Tracker, default_tracking_uri
 
     overrides = list(args.overrides)
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
         overrides.append(f"model.threads={max(1, args.threads // Dist.from_env().world_size)}")
     try:
-        cfg = load_train_config(args.preset, args.run, overrides)
+        preset = Preset.load(args.preset)  # once: the run's config, the base's pin, the MLflow experiment
+        cfg = load_train_config(preset, args.run, overrides)
     except (ConfigError, FileNotFoundError) as e:
         print(f"rspo train: {e}", file=sys.stderr)
         return 2
@@ -129,10 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if cfg.data.task == "countdown" and os.path.isdir(cfg.model.path) and not args.other_base:
         from rspo import base_pin
-        from rspo.preset import Preset
 
         try:  # a preset that pins its base trains from that base only (a resumed run included)
-            base_pin.check(Preset.load(args.preset), cfg.model.path)
+            base_pin.check(preset, cfg.model.path)
         except ConfigError as e:
             print(f"rspo train: {e}", file=sys.stderr)
             return 2
@@ -143,10 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
     factory = None
     if not args.no_mlflow:
-        from rspo.preset import Preset
         from rspo.tracking import experiment_name
 
-        preset = Preset.load(args.preset)
         preset_name = preset.name
         uri = cfg.tracking.tracking_uri or default_tracking_uri(preset_name)
         experiment = experiment_name(preset, cfg.tracking.experiment)

@@ -11,7 +11,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from rspo import config as rcfg
-from rspo.grid import load_train_config
+from rspo.grid import train_config
 from rspo.plan import FIGURES, NEEDS, TABLES, Plan, figure_regime, paper_figure
 from rspo.plan import validate_preset
 from rspo.plan import preset_digest as plan_preset_digest
@@ -67,7 +67,7 @@ def _load_plan():
         if isinstance(families, str):  # --config families=plugin,mismatch_routing
             families = [f for f in families.split(",") if f]
         plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full, families=families)
-        plan.check(path)
+        plan.check()
     except (rcfg.ConfigError, FileNotFoundError) as e:
         raise WorkflowError(f"invalid preset: {e}") from None
     return path, plan, manifest
@@ -120,7 +120,7 @@ _FINGERPRINTS = {}
 
 def run_fingerprint(run):
     if run not in _FINGERPRINTS:
-        _FINGERPRINTS[run] = load_train_config(PRESET_FILE, run).fingerprint()
+        _FINGERPRINTS[run] = train_config(PLAN.spec, PLAN.runs[run]).fingerprint()
     return _FINGERPRINTS[run]
 
 
