@@ -72,7 +72,7 @@ class ModelConfig(Section):
     logits_chunk_tokens: int = setting(0, ge=0)
     """> 0: the old pass and the updates compute log-probs and entropy from the final hidden states
     this many positions at a time, recomputing each chunk's logits in backward, so no forward ever
-    holds the (tokens x vocabulary) logits in fp32 (rspo.train.memory). 0: transformers' logits."""
+    holds the (tokens x vocabulary) logits in fp32 (rspo.train.chunked_logprobs). 0: transformers' logits."""
     collective_timeout_min: int = setting(30, ge=1)
     """torchrun jobs: minutes a collective may wait for the other ranks before the job fails (the
     process group's timeout). A save, a long rollout on one rank and a slow filesystem all count;
@@ -236,7 +236,7 @@ class ScheduleConfig(Section):
     """Responses per forward/backward for gradient accumulation; 0 = the whole mini-batch."""
     max_tokens_per_micro_batch: int = setting(0, ge=0)
     """> 0: the rows of a forward (old pass and updates) are packed, longest first, so that rows x
-    the widest row's tokens stay within this budget (rspo.train.memory); gradients accumulate to the
+    the widest row's tokens stay within this budget (rspo.train.micro_batches); gradients accumulate to the
     whole mini-batch's. 0: no token bound (micro_batch_size rows)."""
     ppo_epochs: int = setting(1, ge=1)
     """Passes over the step's mini-batches."""

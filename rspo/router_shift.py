@@ -269,7 +269,7 @@ class OldRouterCache:
     ) -> OldRouterCache:
         """An all-zero cache of the given shape, filled row by row with ``assign``. ``alloc(name,
         shape, dtype)``: where the zeroed tensors come from (default: new ones on ``device``; the
-        trainer passes reused pinned host buffers, rspo.train.memory.HostBuffers)."""
+        trainer passes reused pinned host buffers, rspo.train.row_cache.HostBuffers)."""
         B, T = batch_shape
         shape = (num_layers, B, T, top_k)
         if alloc is None:

@@ -164,7 +164,7 @@ def test_the_terms_are_what_the_trainer_allocates():
     state shards are 4 / 8 bytes per parameter over the ranks."""
     from rspo.config import load_preset
     from rspo.grid import load_train_config
-    from rspo.train.memory import RowCache
+    from rspo.train.row_cache import RowCache
 
     preset_file = ROOT / "configs" / "small.yaml"
     preset = load_preset(preset_file)

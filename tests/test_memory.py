@@ -1,4 +1,4 @@
-"""rspo.train.memory: token-bounded micro-batches leave the update's loss and gradients unchanged
+"""rspo.train.micro_batches, rspo.train.chunked_logprobs, rspo.train.row_cache: token-bounded micro-batches leave the update's loss and gradients unchanged
 (every algorithm, RS, every routing mode), ranks agree on their number of forwards, log-probs
 computed from the hidden states in chunks equal the whole-logits ones, and the old-router cache
 holds the rows a rank reads."""
@@ -14,8 +14,9 @@ from tiny_moe import ARCHS, make_tiny_moe, make_train_assets
 from rspo.distributed import Dist
 from rspo.losses import group_advantages
 from rspo.router import RoutingMode
-from rspo.train.memory import RowCache, merge_micro_metrics, pack_micro_batches, row_tokens
+from rspo.train.micro_batches import merge_micro_metrics, pack_micro_batches, row_tokens
 from rspo.train.policy import StepTensors
+from rspo.train.row_cache import RowCache
 from rspo.train.trainer import Trainer
 from rspo.train.update import update_mini_batch
 
@@ -52,8 +53,8 @@ def one_update(assets, tmp_path, algo, budget):
     adv = group_advantages(rewards, cfg.rollout.group_size)
     p = tr.policy
     mbs = p.mini_batches(0, 0)
-    p._row_tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
-    old_logp, entropy, cache = p._old_pass(batch, mbs, mbs)
+    tokens = row_tokens(batch.attention_mask, batch.response_mask, batch.prompt_width)
+    old_logp, entropy, cache = p._old_pass(batch, mbs, mbs, tokens)
     with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
         for w in tr.model.parameters():
@@ -65,10 +66,10 @@ def one_update(assets, tmp_path, algo, budget):
 
     p.optimizer.step = captured_step
     tr.model.train()
-    st = StepTensors(batch, adv, old_logp, entropy, cache, mbs)
+    st = StepTensors(batch, adv, old_logp, entropy, cache, mbs, tokens)
     metrics = update_mini_batch(p, st, mbs[0], step=0, record=False)
     means = merge_micro_metrics(metrics, cfg.algorithm.algo)
-    return grads, means, len(p.micro_batches(mbs[0]))
+    return grads, means, len(p.micro_batches(mbs[0], tokens))
 
 
 @pytest.mark.parametrize("algo", CASES, ids=lambda a: "-".join(f"{v}" for v in a.values()))
@@ -101,11 +102,11 @@ def test_ranks_run_as_many_forwards_as_the_rank_with_most_micro_batches(assets, 
     tr = Trainer(cfg, tmp_path / "r", task=digit_task())
     mb = torch.arange(8)
     p = tr.policy
-    p._row_tokens = torch.tensor([30, 30, 30, 30, 5, 5, 5, 5])  # rank 0: 4 forwards, rank 1: 1
+    tokens = torch.tensor([30, 30, 30, 30, 5, 5, 5, 5])  # rank 0: 4 forwards, rank 1: 1
     counts = {}
     for rank in (0, 1):
         p.dist = Dist(rank=rank, world_size=2)
-        mbs = p.micro_batches(mb)
+        mbs = p.micro_batches(mb, tokens)
         counts[rank] = (len(mbs), sum(m is None for m in mbs))
         assert sorted(torch.cat([m for m in mbs if m is not None]).tolist()) == mb[rank * 4 : rank * 4 + 4].tolist()
     assert counts == {0: (4, 0), 1: (4, 3)}

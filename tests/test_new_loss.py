@@ -16,7 +16,7 @@ from rspo.commands.report import main as report_main
 from rspo.losses import POLICY_LOSSES, compute_policy_loss, gspo_loss, register_policy_loss
 from rspo.method import ALGOS, OBJECTIVES, Objective
 from rspo.plan import Plan
-from rspo.train.memory import merge_micro_metrics
+from rspo.train.micro_batches import merge_micro_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -50,7 +50,8 @@ def step(seed: int = 0):
     cache = OldRouterCache.from_logits(old_logits, K, (B, T), logp_dtype=torch.float32)
     old_logp = -torch.rand(B, R, generator=g) - 0.5
     logp = (old_logp + 0.2 * torch.randn(B, R, generator=g)).requires_grad_()
-    st = StepTensors(batch, torch.tensor([1.0, -0.5, 0.7]), old_logp, torch.zeros(B, R), cache, [torch.arange(B)])
+    adv, tokens = torch.tensor([1.0, -0.5, 0.7]), attention_mask.sum(dim=1)
+    st = StepTensors(batch, adv, old_logp, torch.zeros(B, R), cache, [torch.arange(B)], tokens)
     out = SimpleNamespace(logp=logp, entropy=torch.rand(B, R, generator=g), router_logits=new_logits)
     return st, out, old_logits, new_logits
 

@@ -40,7 +40,7 @@ tensor-parallel size; rspo.train.precision):
 A plan fits when every phase's total is within the GPU's memory (CUDA's total, ``GPUS``) and the engine
 holds its weights and one longest sequence's KV cache within its share. Host memory per node: every
 rank reads the checkpoint in its own dtype at start (before the resume), the offloaded state with
-model.cpu_offload, and each rank's old-router cache (pinned once, rspo.train.memory.HostBuffers).
+model.cpu_offload, and each rank's old-router cache (pinned once, rspo.train.row_cache.HostBuffers).
 
 How well it holds: the same step run by the trainer's own code on fake tensors
 (rspo.gpu_memory.simulate, ``plan-memory --simulate``) agrees with each phase's tensor terms within

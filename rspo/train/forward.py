@@ -35,7 +35,7 @@ import torch
 
 from rspo.models import position_ids_from_mask, response_logprobs
 from rspo.router import OldRouterCache, RoutingMode, capture_router_logits, routing_control
-from rspo.train.memory import lm_head_returns_hidden, response_logprobs_chunked
+from rspo.train.chunked_logprobs import lm_head_returns_hidden, response_logprobs_chunked
 
 
 @dataclass
@@ -92,7 +92,7 @@ class ForwardSettings:
     process)."""
     logits_chunk: int = 0
     """> 0: log-probs and entropy from the final hidden states that many positions at a time, never
-    the whole logits tensor (rspo.train.memory)."""
+    the whole logits tensor (rspo.train.chunked_logprobs)."""
 
 
 @contextlib.contextmanager

@@ -4,12 +4,13 @@ process group and how it runs forwards over a step's rows.
 ``Policy`` owns everything the trainer's updates touch: the model (fp32 master weights sharded
 under torchrun, forwards in the compute dtype: rspo.train.precision), the optimizer and its
 learning-rate schedule, the routing mode of update forwards, the micro-batching of a step's rows
-(rspo.train.memory) and the count of updates skipped in a row for non-finite values. A step reads
-it twice: ``old_pass(batch, adv, step)`` -> ``StepTensors`` (the old log-probs, entropy and
-router cache of the step's rows, on the very micro-batches the updates use), then
-rspo.train.update.update_step(policy, tensors, step), the loop a reader compares with the paper,
-which changes the policy only through its objects' methods (the optimizer's and the schedule's
-steps, the non-finite streak's count).
+(rspo.train.micro_batches) and the count of updates skipped in a row for non-finite values. A step
+reads it twice: ``old_pass(batch, adv, step)`` -> ``StepTensors`` (the old log-probs, entropy,
+router cache and row token counts of the step's rows, on the very micro-batches the updates use),
+then rspo.train.update.update_step(policy, tensors, step), the loop a reader compares with the
+paper, which changes the policy only through its methods (``zero_grad``, ``clip_gradients``,
+``apply_update``, ``skip_update``): the optimizer, the schedule and the non-finite streak are the
+policy's own.
 ``save``/``load`` write and read its part of a checkpoint (rspo.train.checkpoint); ``save_final``
 the Hugging Face checkpoint.
 
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 
 from rspo.config import TrainConfig
-from rspo.distributed import Dist, rank_device
+from rspo.distributed import Dist, full_tensor, rank_device
 from rspo.models import resolve_device
 from rspo.phase_memory import PhaseMemory, measure_for
 from rspo.rollout import RolloutBatch
@@ -37,9 +38,11 @@ from rspo.router import OldRouterCache, RoutingMode, router_spec
 from rspo.seeding import derive_seed
 from rspo.train import checkpoint
 from rspo.train.forward import ForwardSettings, Rows, policy_forward
-from rspo.train.memory import HostBuffers, RowCache, enable_activation_checkpointing, pack_micro_batches, row_tokens
+from rspo.train.memory import enable_activation_checkpointing
+from rspo.train.micro_batches import pack_micro_batches, row_tokens
 from rspo.train.optim import build_optimizer
 from rspo.train.precision import Precision, load_and_shard
+from rspo.train.row_cache import HostBuffers, RowCache
 
 __all__ = ["NonFiniteStreak", "Policy", "StepTensors", "TooManyNonFinite"]
 
@@ -50,7 +53,8 @@ class StepTensors:
 
     ``old_logp`` and ``entropy`` are (B, R) over the response columns, ``cache`` the old router cache
     of the rows this rank reads (None when no run setting needs it), ``mini_batches`` the first
-    epoch's (the rows the old pass ran on, in its order). The on-policy first mini-batch, when the
+    epoch's (the rows the old pass ran on, in its order), ``row_tokens`` each row's tokens (what a
+    token budget packs micro-batches by: ``Policy.micro_batches``). The on-policy first mini-batch, when the
     policy skips its old pass, fills its rows of all three in its own update (``update_mini_batch``
     with ``record``)."""
 
@@ -60,6 +64,7 @@ class StepTensors:
     entropy: torch.Tensor
     cache: RowCache | None
     mini_batches: list[torch.Tensor]
+    row_tokens: torch.Tensor
 
 
 class TooManyNonFinite(RuntimeError):
@@ -143,7 +148,6 @@ class Policy:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=dist.enabled)
         self.memory.start(self.model, self.optimizer)
         self.nonfinite = NonFiniteStreak(cfg.optim.max_nonfinite_in_row)
-        self._row_tokens = torch.zeros(0, dtype=torch.long)  # tokens of each row of the step's batch
         self._host_buffers = HostBuffers(pin=self.device.type == "cuda")  # the router cache's, pinned once
 
     def _prepare_model(self, model: torch.nn.Module) -> None:
@@ -159,21 +163,22 @@ class Policy:
         lo, hi = self.dist.shard_bounds(len(mb))
         return mb[lo:hi]
 
-    def _split(self, rows: torch.Tensor) -> list[torch.Tensor]:
+    def _split(self, rows: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
         sc = self.cfg.schedule
-        if sc.max_tokens_per_micro_batch:  # token-bounded (rspo.train.memory)
-            return pack_micro_batches(rows, self._row_tokens, sc.max_tokens_per_micro_batch, sc.micro_batch_size)
+        if sc.max_tokens_per_micro_batch:  # token-bounded (rspo.train.micro_batches)
+            return pack_micro_batches(rows, tokens, sc.max_tokens_per_micro_batch, sc.micro_batch_size)
         size = sc.micro_batch_size or len(rows)
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
-    def micro_batches(self, mb: torch.Tensor) -> list[torch.Tensor | None]:
+    def micro_batches(self, mb: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor | None]:
         """This rank's micro-batches of mini-batch ``mb`` (its contiguous share of the rows, in
-        micro_batch_size rows or packed under the token budget). Under torchrun with a token budget
-        the ranks' counts differ: padded with None (an empty forward) to the largest count."""
-        mine: list[torch.Tensor | None] = list(self._split(self.local_rows(mb)))
+        micro_batch_size rows or packed under the token budget by ``tokens``, each row's count:
+        StepTensors.row_tokens). Under torchrun with a token budget the ranks' counts differ: padded
+        with None (an empty forward) to the largest count."""
+        mine: list[torch.Tensor | None] = list(self._split(self.local_rows(mb), tokens))
         if self.dist.enabled and self.cfg.schedule.max_tokens_per_micro_batch:
             per = len(mb) // self.dist.world_size  # every rank holds the whole batch: no collective needed
-            most = max(len(self._split(mb[r * per : (r + 1) * per])) for r in range(self.dist.world_size))
+            most = max(len(self._split(mb[r * per : (r + 1) * per], tokens)) for r in range(self.dist.world_size))
             mine += [None] * (most - len(mine))
         return mine
 
@@ -227,7 +232,7 @@ class Policy:
         )
 
     def _new_cache(self, batch: RolloutBatch, mbs: list[torch.Tensor]) -> RowCache | None:
-        """The old-router cache of the rows this rank reads, on the CPU (rspo.train.memory.RowCache):
+        """The old-router cache of the rows this rank reads, on the CPU (rspo.train.row_cache.RowCache):
         under torchrun with one epoch its own rows of every mini-batch, else every row."""
         if not self.use_router_cache:
             return None
@@ -276,13 +281,14 @@ class Policy:
         on the first epoch's micro-batches (the on-policy first mini-batch records its own in its
         update when ``onpolicy_shortcut``: rspo.train.update)."""
         mbs0 = self.mini_batches(step, 0)
-        self._row_tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
+        tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
         with self.memory.phase("old_pass"):
-            old_logp, entropy, cache = self._old_pass(batch, mbs0[1:] if self.onpolicy_shortcut else mbs0, mbs0)
-        return StepTensors(batch, adv, old_logp, entropy, cache, mbs0)
+            order = mbs0[1:] if self.onpolicy_shortcut else mbs0
+            old_logp, entropy, cache = self._old_pass(batch, order, mbs0, tokens)
+        return StepTensors(batch, adv, old_logp, entropy, cache, mbs0, tokens)
 
     @torch.no_grad()
-    def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor], mbs: list[torch.Tensor]):
+    def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor], mbs: list[torch.Tensor], tokens: torch.Tensor):
         """Old log-probs, entropy and router cache on the same micro-batches the updates use.
 
         Rows of mini-batches not in ``order`` (the on-policy first mini-batch, when the update
@@ -298,7 +304,7 @@ class Policy:
         engine = self._engine_routing(batch) if self.routing is RoutingMode.ROLLOUT_REPLAY else None
         self.model.eval()
         for mb in order:
-            for rows in self.micro_batches(mb):
+            for rows in self.micro_batches(mb, tokens):
                 if rows is None:  # another rank has more micro-batches: join its collectives
                     with self.forward(batch, self.local_rows(mb)[:1], with_entropy=False, capture=False, update=False):
                         continue
@@ -318,6 +324,32 @@ class Policy:
 
     def lr(self) -> float:
         return float(self.scheduler.get_last_lr()[0])
+
+    # ------------------------------------------------------------------ one update's optimizer
+
+    def zero_grad(self) -> None:
+        """Drop the gradients (before an update's first backward, after a skipped one, after the step's
+        updates: before anything of the engine wakes, rspo.rollout.colocate)."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def clip_gradients(self) -> torch.Tensor:
+        """Clip the accumulated gradients to optim.grad_clip -> their global norm (the same on every rank)."""
+        with self.memory.phase("optimizer_step"):
+            params = [w for w in self.model.parameters() if w.grad is not None and w.numel()]
+            return full_tensor(torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip))
+
+    def apply_update(self) -> None:
+        """The optimizer's and the schedule's step; a finite update ends the non-finite streak."""
+        self.nonfinite.reset()
+        with self.memory.phase("optimizer_step"):
+            self.optimizer.step()
+        self.scheduler.step()
+
+    def skip_update(self, step: int, error: Exception) -> None:
+        """An update skipped for non-finite values: its gradients dropped, the streak counted (raises
+        TooManyNonFinite at optim.max_nonfinite_in_row)."""
+        self.zero_grad()
+        self.nonfinite.skipped(step, error)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -9,7 +9,7 @@ the policy loss of the algorithm with RS inside its clip and any rollout correct
 (rspo.losses.compute_policy_loss), the router diagnostics for runs without RS, the entropy bonus and
 the load-balancing term. The policy (rspo.train.policy) holds the model, the optimizer and the
 micro-batches, and runs the old pass before this loop; the loop reads it and changes it only
-through its methods (the optimizer's and the schedule's steps, the non-finite streak's count).
+through its methods (``zero_grad``, ``clip_gradients``, ``apply_update``, ``skip_update``).
 
 The on-policy first mini-batch of a step (``Policy.onpolicy_shortcut``) is a value of the same
 path (``record``): its update forward records the old log-probs, entropy and router cache of its
@@ -25,7 +25,6 @@ from collections import defaultdict
 import torch
 
 from rspo.config import AlgorithmConfig
-from rspo.distributed import full_tensor
 from rspo.losses import (
     NonFiniteLogProbError,
     compute_policy_loss,
@@ -38,7 +37,7 @@ from rspo.losses import (
 from rspo.models import load_balancing_loss, response_slice
 from rspo.phase_memory import return_cached_blocks
 from rspo.router import router_shift_ratio
-from rspo.train.memory import merge_micro_metrics
+from rspo.train.micro_batches import merge_micro_metrics
 from rspo.train.policy import Policy, StepTensors
 
 __all__ = ["micro_batch_loss", "update_mini_batch", "update_step"]
@@ -87,6 +86,13 @@ def micro_batch_loss(
     return loss, m
 
 
+def _agree(dist, error: str | None, elsewhere: str) -> None:
+    """Every rank takes the same branch (backward is a collective under FSDP): raise the non-finite
+    error on all ranks when any rank has one (``elsewhere``: the message of the ranks without it)."""
+    if dist.any(error is not None):
+        raise NonFiniteLogProbError(error or elsewhere)
+
+
 def update_step(p: Policy, st: StepTensors, step: int):
     """The step's ppo_epochs x mini-batch updates of policy ``p`` (rspo.train.policy.Policy).
     -> (metrics averaged over updates, the first (on-policy) mini-batch's metrics, skipped updates)"""
@@ -108,7 +114,7 @@ def update_step(p: Policy, st: StepTensors, step: int):
                 first_mb = means
     # the gradients go before anything of the engine wakes (rspo.rollout.colocate): at the paper's
     # sizes they are 4 bytes per parameter / ranks, as much as the fp32 weights themselves
-    p.optimizer.zero_grad(set_to_none=True)
+    p.zero_grad()
     return_cached_blocks(p.device)  # and the activations' cached blocks with them
     p.model.eval()
     return {k: sum(v) / len(v) for k, v in sums.items()}, first_mb, skipped
@@ -128,14 +134,14 @@ def update_mini_batch(
     forward and backward whose loss counts zero responses (backward is a collective under FSDP).
     The backward runs inside the forward's routing control, so a gradient-checkpointing
     recomputation routes the same way."""
-    cfg, a, dist = p.cfg, p.cfg.algorithm, p.dist
-    p.optimizer.zero_grad(set_to_none=True)
+    a, dist = p.cfg.algorithm, p.dist
+    p.zero_grad()
     mask = st.batch.response_mask
     n_valid_mb = max(1, int(mask[mb].bool().any(dim=1).sum()))  # over the GLOBAL mini-batch
     metrics: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
     try:
         with p.memory.phase("update"):
-            for rows in p.micro_batches(mb):
+            for rows in p.micro_batches(mb, st.row_tokens):
                 empty = rows is None  # another rank has more micro-batches: one row, counted as none
                 rows = p.local_rows(mb)[:1] if empty else rows
                 rec = record and not empty
@@ -158,18 +164,13 @@ def update_mini_batch(
                         loss, m = micro_batch_loss(a, p.spec.top_k, st, rows, out, lo, hi)
                     except NonFiniteLogProbError as e:
                         err, loss, m = str(e), None, {}
-                    # every rank must take the same branch: backward is a collective under FSDP
-                    if dist.any(err is not None):
-                        raise NonFiniteLogProbError(err or "non-finite log-probs on another rank")
+                    _agree(dist, err, "non-finite log-probs on another rank")
                     rmask = mask[rows, :r]
                     n_valid = 0 if empty else int(rmask.bool().any(dim=1).sum())  # an empty one adds nothing
                     # share of the global mini-batch; x world size because FSDP averages gradients over ranks
                     scaled = loss * (n_valid * dist.world_size / n_valid_mb)
-                    bad = not bool(torch.isfinite(scaled))
-                    if dist.any(bad):
-                        raise NonFiniteLogProbError(
-                            f"loss is {scaled.item()}" if bad else "non-finite loss on another rank"
-                        )
+                    bad = None if bool(torch.isfinite(scaled)) else f"loss is {scaled.item()}"
+                    _agree(dist, bad, "non-finite loss on another rank")
                     scaled.backward()
                 if not empty:
                     w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
@@ -180,19 +181,13 @@ def update_mini_batch(
                 # stayed on the device through the clip and the optimizer step, 1 B per layer
                 # parameter of the shard (found by the simulation: rspo.gpu_memory.simulate)
                 del out, loss, scaled
-        with p.memory.phase("optimizer_step"):
-            params = [w for w in p.model.parameters() if w.grad is not None and w.numel()]
-            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip))
-        if not torch.isfinite(grad_norm):
+        grad_norm = p.clip_gradients()
+        if not torch.isfinite(grad_norm):  # one global norm: every rank takes this branch alike
             raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
     except NonFiniteLogProbError as e:
-        p.optimizer.zero_grad(set_to_none=True)
-        p.nonfinite.skipped(step, e)
+        p.skip_update(step, e)
         return None
-    p.nonfinite.reset()
-    with p.memory.phase("optimizer_step"):
-        p.optimizer.step()
-    p.scheduler.step()
+    p.apply_update()
     if dist.enabled:  # the micro-batch values of every rank, in rank order
         merged: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
         for part in dist.all_gather_object(dict(metrics)):
