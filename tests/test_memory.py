@@ -1,4 +1,5 @@
-"""rspo.train.micro_batches, rspo.train.chunked_logprobs, rspo.train.row_cache: token-bounded micro-batches leave the update's loss and gradients unchanged
+"""rspo.train.micro_batches, rspo.train.chunked_logprobs, rspo.train.row_cache: token-bounded
+micro-batches leave the update's loss and gradients unchanged
 (every algorithm, RS, every routing mode), ranks agree on their number of forwards, log-probs
 computed from the hidden states in chunks equal the whole-logits ones, and the old-router cache
 holds the rows a rank reads."""
