@@ -106,6 +106,20 @@ class Rollouts:
         self.val_records = records.val
         self._perm: tuple[int, list[int]] = (-1, [])
 
+    # ------------------------------------------------------------------ the engine, between rollouts
+
+    def release_engine(self) -> None:
+        """After a rollout: vLLM's sleep mode on GPUs frees the engine's memory until the sync."""
+        self.backend.release()
+
+    def sync_engine(self, model) -> None:
+        """After the updates: the engine's weights wake and the training model streams into them."""
+        self.backend.sync_weights(model)
+
+    def wake_engine(self) -> None:
+        """Before the next rollout: the engine's KV cache wakes."""
+        self.backend.wake_kv()
+
     def _precision(self):
         """The hf backend decodes with the training model: in the compute dtype, or in rollout.dtype
         when one is set (autocast to it: the engine's precision, unlike the trainer's; fp8: an

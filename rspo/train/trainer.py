@@ -155,7 +155,6 @@ class Trainer:
         self.memory_plan = memory_plan
         self.quiet = quiet  # no progress lines (rspo.progress) when True
         self.folder = RunFolder(out_dir, cfg.fingerprint())
-        self.out = self.folder.out
         self.dist: Dist = policy.dist if policy is not None else process_group(cfg)
         if self.dist.enabled:  # the batch splits over the ranks (a clear error before anything loads)
             check_world_size(cfg, self.dist.world_size)
@@ -165,7 +164,6 @@ class Trainer:
         self.task: Task = task or task_for(cfg.data, self.tokenizer)  # math/code: the prompt format
         records = RunRecords.load(cfg, self.task, self.tokenizer)  # read and checked before the model loads
         self.policy = policy or Policy(cfg, self.dist)
-        self.device, self.memory = self.policy.device, self.policy.memory
         self.collapse = CollapseDetector(
             cfg.tracking.collapse_window,
             cfg.tracking.collapse_drop,
@@ -185,16 +183,16 @@ class Trainer:
         # once), which must not meet an awake engine (rspo.gpu_memory.plan, phase resume).
         self.resumed_run_id = self._restore()
         with self.memory.phase("engine_start"):
-            self.backend = (
+            backend = (
                 engine(self.policy, self.tokenizer) if engine else default_engine(cfg, self.policy, self.tokenizer)
             )
-        self.rollouts = Rollouts(
+        self.rollouts = Rollouts(  # the engine's one owner: it generates, sleeps, syncs and wakes through it
             cfg,
             self.task,
             self.tokenizer,
             self.dist,
             records=records,
-            backend=self.backend,
+            backend=backend,
             precision=self.policy.precision,
             reward_workers=self.dist.node_share(cfg.data.reward_workers),  # a per-node budget
         )
@@ -202,6 +200,24 @@ class Trainer:
     @property
     def model(self) -> torch.nn.Module:
         return self.policy.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.policy.device
+
+    @property
+    def memory(self):
+        """The policy's phase memory (rspo.phase_memory)."""
+        return self.policy.memory
+
+    @property
+    def out(self) -> Path:
+        return self.folder.out
+
+    @property
+    def backend(self):
+        """The rollout engine (owned by ``rollouts``; read here by benchmarks and tests)."""
+        return self.rollouts.backend
 
     # ------------------------------------------------------------------ run folder and resume
 
@@ -267,7 +283,7 @@ class Trainer:
         t0 = time.perf_counter()
         with mem.phase("rollout"):
             batch, rewards, t_gen = self.rollouts.rollout(self.step, p.device)
-        self.backend.release()  # vLLM sleep mode on GPUs: the engine's memory is free until the sync
+        self.rollouts.release_engine()  # vLLM sleep mode on GPUs: the engine's memory is free until the sync
         adv = group_advantages(rewards, G).to(p.device)
         t1 = time.perf_counter()
         st = p.old_pass(batch, adv, self.step)
@@ -275,9 +291,9 @@ class Trainer:
         metrics, first_mb, skipped = update_step(p, st, self.step)
         t3 = time.perf_counter()
         with mem.phase("sync"):  # the engine's weights wake, the training model streams into them
-            self.backend.sync_weights(p.model)
+            self.rollouts.sync_engine(p.model)
         with mem.phase("kv_wake"):
-            self.backend.wake_kv()
+            self.rollouts.wake_engine()
         times = StepTimes(t_gen, t1 - t0 - t_gen, t2 - t1, t3 - t2, time.perf_counter() - t3)
         metrics.update(self._step_metrics(st, rewards, times, skipped, first_mb))
         self.last_batch = batch
