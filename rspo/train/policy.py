@@ -148,6 +148,12 @@ class Policy:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=dist.enabled)
         self.memory.start(self.model, self.optimizer)
         self.nonfinite = NonFiniteStreak(cfg.optim.max_nonfinite_in_row)
+        self._forward_settings = ForwardSettings(  # every forward's, built once
+            temperature=cfg.rollout.temperature,
+            share_prompts=not cfg.model.gradient_checkpointing,
+            autocast=self.precision.autocast,
+            logits_chunk=cfg.model.logits_chunk_tokens,
+        )
         self._host_buffers = HostBuffers(pin=self.device.type == "cuda")  # the router cache's, pinned once
 
     def _prepare_model(self, model: torch.nn.Module) -> None:
@@ -220,12 +226,7 @@ class Policy:
                 rows // self.cfg.rollout.group_size,
                 cache[rows] if cache is not None else None,
             ),
-            ForwardSettings(
-                temperature=self.cfg.rollout.temperature,
-                share_prompts=not self.cfg.model.gradient_checkpointing,
-                autocast=self.precision.autocast,
-                logits_chunk=self.cfg.model.logits_chunk_tokens,
-            ),
+            self._forward_settings,
             with_entropy=with_entropy,
             capture=capture,
             routing=self.routing if update or replay_old else RoutingMode.NONE,
