@@ -24,7 +24,17 @@ from pathlib import Path
 from rspo.method import ConfigError
 from rspo.preset import Preset
 
-__all__ = ["WEIGHTS", "BaseMismatch", "check", "install", "pin", "pinned_dir", "weights_sha256"]
+__all__ = [
+    "WEIGHTS",
+    "BaseMismatch",
+    "check",
+    "check_digest",
+    "copy_checked",
+    "install",
+    "pin",
+    "pinned_dir",
+    "weights_sha256",
+]
 
 WEIGHTS = "model.safetensors"
 MARKER = "pretrain.json"  # written last by `rspo pretrain`; the workflow's output of the base
@@ -63,28 +73,36 @@ def _pin(preset: Preset):
 def check(preset: Preset, folder: str | Path) -> None:
     """Refuse ``folder`` unless its weights are the ones the preset pins (no-op without a pin)."""
     pin = preset.base_pin
-    if pin is None:
-        return
+    if pin is not None:
+        check_digest(folder, pin.sha256, "the preset's pinned base", "base_model.sha256")
+
+
+def check_digest(folder: str | Path, sha256: str, what: str, key: str) -> None:
+    """Refuse ``folder`` unless its weights' sha256 is ``sha256`` (``key`` names where that is stated)."""
     found = weights_sha256(folder)
-    if found != pin.sha256:
+    if found != sha256:
         raise BaseMismatch(
-            f"base model {folder} is not the preset's pinned base: its {WEIGHTS} has sha256 {found[:12]}..., "
-            f"base_model.sha256 is {pin.sha256[:12]}... (install the pinned one, or re-pin with `make base`)"
+            f"base model {folder} is not {what}: its {WEIGHTS} has sha256 {found[:12]}..., "
+            f"{key} is {sha256[:12]}... (install the pinned one, or re-pin with `make base`)"
         )
 
 
 def install(preset: Preset, out: str | Path) -> Path:
     """Copy the pinned base into ``out`` (checked before and after the copy), the marker last."""
-    src = pinned_dir(preset)
+    return copy_checked(pinned_dir(preset), _pin(preset).sha256, out, "base_model")
+
+
+def copy_checked(src: str | Path, sha256: str, out: str | Path, key: str) -> Path:
+    """Copy a committed base folder into ``out``: its weights' digest checked before and after the
+    copy, its marker (pretrain.json) written last, so a copy cut short is never taken for a base."""
+    src, out = Path(src), Path(out)
     if not (src / MARKER).is_file():
-        raise BaseMismatch(f"base_model.path: {src} holds no {MARKER} (not a finished base model folder)")
-    check(preset, src)
-    out = Path(out)
+        raise BaseMismatch(f"{key}.path: {src} holds no {MARKER} (not a finished base model folder)")
+    check_digest(src, sha256, f"the base {key} pins", f"{key}.sha256")
     out.mkdir(parents=True, exist_ok=True)
-    files = sorted(p for p in src.iterdir() if p.is_file() and p.name != MARKER)
-    for p in files:
+    for p in sorted(p for p in src.iterdir() if p.is_file() and p.name != MARKER):
         shutil.copyfile(p, out / p.name)
-    check(preset, out)
+    check_digest(out, sha256, f"the base {key} pins", f"{key}.sha256")
     shutil.copyfile(src / MARKER, out / MARKER)
     return out
 

@@ -1,7 +1,9 @@
 """`python -m rspo sweep`: run the trials that choose a study's regime and write the trial table.
 
-A sweep file (YAML) names a preset, pretrained bases (``pretrain:`` overrides of the preset) and
-trials. A trial is one RL setting (``set:`` overrides of the preset's ``rl:``) on one base, run
+A sweep file (YAML) names a preset, pretrained bases (``pretrain:`` overrides of the preset; or a
+base pretrained once and committed: ``{pinned: true}``, the preset's own pinned base, or
+``{committed: FOLDER, sha256: HEX}``, so that trials run in pieces on other machines start from the
+same weights) and trials. A trial is one RL setting (``set:`` overrides of the preset's ``rl:``) on one base, run
 for some algorithms and seeds; every run is a plain ``python -m rspo train`` with periodic
 greedy validation on the held-out ``val`` split, so a trial measures exactly what the study's
 runs measure. Bases are pretrained once (``python -m rspo pretrain``) and reused by key.
@@ -68,6 +70,8 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
             raise SweepError(
                 f"{path}: bases.{name}: a pinned base (the preset's base_model) takes no pretrain overrides"
             )
+        if "committed" in (over or {}) and "sha256" not in over:
+            raise SweepError(f"{path}: bases.{name}: a committed base names its weights' sha256 (committed, sha256)")
     for i, t in enumerate(spec["trials"]):
         bad = sorted(set(t) - TRIAL_KEYS)
         if bad:
@@ -127,16 +131,21 @@ def ensure_data(spec: dict[str, Any], work: Path) -> Path:
 
 
 def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads: int) -> tuple[Path, float]:
-    """Pretrain base ``name`` once (cached by its overrides), or install the preset's pinned base for
-    ``{pinned: true}`` (rspo.base_pin); -> (checkpoint, wall seconds or 0)."""
+    """Pretrain base ``name`` once (cached by its overrides), or install a base pretrained once and
+    committed: the preset's pinned base for ``{pinned: true}``, a folder for ``{committed: FOLDER,
+    sha256: HEX, <its pretrain overrides, for the record>}`` (digest checked: rspo.base_pin);
+    -> (checkpoint, wall seconds or 0)."""
     over = spec["bases"][name] or {}
     out = work / "bases" / f"{name}-{_key(over)}"
-    if over.get("pinned"):
+    if over.get("pinned") or over.get("committed"):
         if not (out / "pretrain.json").is_file():
             from rspo import base_pin
             from rspo.preset import Preset
 
-            base_pin.install(Preset.load(spec["preset"]), out)
+            if over.get("pinned"):
+                base_pin.install(Preset.load(spec["preset"]), out)
+            else:  # a trial base pretrained once and committed, so that later pieces start from it
+                base_pin.copy_checked(over["committed"], over["sha256"], out, f"bases.{name}")
         return out, 0.0
     tok = work / "tokenizer"
     if not (tok / "tokenizer.json").is_file():
@@ -416,7 +425,14 @@ def bases_table(spec: dict[str, Any], work: Path) -> str:
         data = json.loads(summary.read_text())
         weights = summary.parent / "model.safetensors"
         digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16] + "…" if weights.is_file() else "-"
-        how = "the preset's pinned base (base_model)" if (over or {}).get("pinned") else None
+        how = (
+            "the preset's pinned base (base_model)"
+            if (over or {}).get("pinned")
+            else f"committed: {over['committed']}, pretrained with "
+            + " ".join(f"{k}={v}" for k, v in over.items() if k not in ("committed", "sha256"))
+            if (over or {}).get("committed")
+            else None
+        )
         lines.append(
             f"| {name} | {how or ' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
             f"{100 * data['heldout']['accuracy']:.1f} (n={data['heldout']['n']}) | {data['examples']} | "

@@ -57,14 +57,20 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "smoke.yaml").write_text(yaml.safe_dump(preset))
     other = {"name": "t3", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}}
+    kept = {"name": "t4", "base": "kept", "steps": 1, "runs": {"grpo": [0]}}  # a committed trial base
     path = write_sweep(
         tmp_path,
         preset=str(tmp_path / "configs" / "smoke.yaml"),
-        bases={"tiny": {"examples": 256}, "pinned": {"pinned": True}},
-        trials=[{"name": "t2", "base": "pinned", "steps": 1, "runs": {"gmpo": [0]}}, other],
+        bases={
+            "tiny": {"examples": 256},
+            "pinned": {"pinned": True},
+            "kept": {"committed": str(tiny), "sha256": weights_sha256(tiny), "examples": 256},
+        },
+        trials=[{"name": "t2", "base": "pinned", "steps": 1, "runs": {"gmpo": [0]}}, other, kept],
     )
     rows = run_sweep(str(path), jobs=1, threads=1, table_path=str(tmp_path / "trials.md"))
-    assert [r["name"] for r in rows] == ["t1", "t2", "t3"] and rows[1]["base_acc"] == rows[0]["base_acc"]
+    assert [r["name"] for r in rows] == ["t1", "t2", "t3", "t4"] and rows[1]["base_acc"] == rows[0]["base_acc"]
+    assert rows[3]["base_acc"] == rows[0]["base_acc"] and rows[3]["pretrain_wall_s"] == 0
     installed = next((tmp_path / "work" / "bases").glob("pinned-*"))
     assert weights_sha256(installed) == weights_sha256(tiny) and rows[1]["pretrain_wall_s"] == 0
     assert "| pinned | the preset's pinned base (base_model) |" in (tmp_path / "trials.md").read_text()
@@ -80,6 +86,7 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo+frozen": [0]}}]}, "runs.gmpo\\+frozen"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"ppo": [0]}}]}, "unknown algorithm 'ppo'"),
         ({"bases": {"tiny": {"pinned": True, "examples": 5}}}, "bases.tiny: a pinned base"),
+        ({"bases": {"tiny": {"committed": "x"}}}, "bases.tiny: a committed base names its weights' sha256"),
     ],
 )
 def test_malformed_sweep_files_name_the_problem(tmp_path, edit, message):
