@@ -412,14 +412,32 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bases_table(spec: dict[str, Any], work: Path) -> str:
-    """The pretrained bases of a sweep: overrides, held-out greedy accuracy, pretraining time."""
+def _committed_source(spec: dict[str, Any], over: dict[str, Any]) -> Path | None:
+    """The committed folder of a pinned or committed base (None for a base pretrained by the sweep)."""
+    if over.get("committed"):
+        return Path(over["committed"])
+    if over.get("pinned"):
+        from rspo import base_pin
+        from rspo.preset import Preset
+
+        return base_pin.pinned_dir(Preset.load(spec["preset"]))
+    return None
+
+
+def bases_table(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]] = ()) -> str:
+    """The bases of a sweep: the ones its trials (``rows``, done here or on other machines) ran on and
+    any pretrained here; overrides, held-out greedy accuracy, pretraining time, weights. A committed
+    base is read from its committed folder where this machine has not installed it."""
     lines = [
         "| base | pretrain overrides | held-out greedy acc. (%) | examples | pretraining wall | weights sha256 |",
         "|---|---|---|---|---|---|",
     ]
+    used = {r.get("base") for r in rows}
     for name, over in spec["bases"].items():
         summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
+        source = _committed_source(spec, over or {})
+        if not summary.is_file() and name in used and source is not None:
+            summary = source / "pretrain.json"
         if not summary.is_file():
             continue
         data = json.loads(summary.read_text())
@@ -494,7 +512,7 @@ def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], t
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         "Pretrained bases\n\n"
-        + bases_table(spec, work)
+        + bases_table(spec, work, rows)
         + "\nTrials (one line per trial, in the order run)\n\n"
         + table(rows)
         + "\nPlug-in gate P(X) (round 4; configs/sweeps/small.yaml states it; p3 reads X+freeze's runs of the same "

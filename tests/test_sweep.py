@@ -152,3 +152,18 @@ def test_a_command_line_spells_each_flag_once():
     ]
     launched = rspo_argv("train", launcher=["-m", "torch.distributed.run"], threads=None)
     assert launched == [sys.executable, "-m", "torch.distributed.run", "-m", "rspo", "train"]
+
+
+def test_the_bases_table_reads_a_committed_base_this_machine_has_not_installed(tmp_path):
+    import json
+
+    from rspo.sweep import bases_table
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "model.safetensors").write_bytes(b"w")
+    summary = {"heldout": {"accuracy": 0.6, "n": 200}, "examples": 180, "wall_time_s": 60}
+    (kept / "pretrain.json").write_text(json.dumps(summary))
+    spec = {"preset": "configs/smoke.yaml", "bases": {"kept": {"committed": str(kept), "sha256": "0" * 64}}}
+    assert "| kept | committed:" in bases_table(spec, tmp_path / "work", [{"base": "kept"}])
+    assert "| kept |" not in bases_table(spec, tmp_path / "work", [])  # no trial ran on it: not listed
