@@ -17,9 +17,11 @@ benchmark (``reference``); its Avg. column in rspo.report.reference.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rspo.registry import Registry
 
 __all__ = ["BENCHMARKS", "Benchmark", "names", "paper_columns", "register_benchmark"]
 
@@ -67,53 +69,14 @@ class Benchmark:
         return self.source[len("suite:") :] if self.source.startswith("suite:") else None
 
 
-BENCHMARKS: dict[str, Benchmark] = {}
-
-
-def register_benchmark(bench: Benchmark) -> Benchmark:
-    """Add a benchmark (a name registered twice is refused)."""
-    if bench.name in BENCHMARKS:
-        raise ValueError(f"benchmark {bench.name!r} is already registered")
-    BENCHMARKS[bench.name] = bench
-    return bench
-
-
-class _Names(Sequence[str]):
-    """The names of one family's registered benchmarks (those a preset may name, or all), a live view:
-    a setting whose choices it is accepts a benchmark registered after the setting was defined."""
-
-    def __init__(self, family: str, preset_only: bool):
-        self.family, self.preset_only = family, preset_only
-
-    def _names(self) -> tuple[str, ...]:
-        return tuple(
-            b.name for b in BENCHMARKS.values() if b.family == self.family and (b.preset or not self.preset_only)
-        )
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self._names()[i]
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names()
-
-    def __eq__(self, other: object) -> bool:
-        return self._names() == (tuple(other) if isinstance(other, (tuple, _Names)) else other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self._names())
+BENCHMARKS: Registry = Registry("benchmark")
+register_benchmark = BENCHMARKS.register  # add a benchmark (a name registered twice is refused)
 
 
 def names(family: str, *, preset_only: bool = True) -> Sequence[str]:
-    """A live view of one family's benchmark names, in registration order."""
-    return _Names(family, preset_only)
+    """A live view of one family's benchmark names (those a preset may name, or all), in registration
+    order: a setting whose choices it is accepts a benchmark registered after it was defined."""
+    return BENCHMARKS.names(lambda b: b.family == family and (b.preset or not preset_only))
 
 
 def paper_columns(family: str) -> tuple[str, ...]:

@@ -7,8 +7,10 @@ modules (rspo.losses, rspo.router), so that neither has to import the other.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from rspo.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -35,40 +37,8 @@ class Objective:
             raise ValueError(f"objective {self.name!r}: clip_unit must be token or sequence, got {self.clip_unit!r}")
 
 
-OBJECTIVES: dict[str, Objective] = {}
-
-
-def register_objective(objective: Objective) -> Objective:
-    """Add an objective to the vocabulary (a name registered twice is refused)."""
-    if objective.name in OBJECTIVES:
-        raise ValueError(f"objective {objective.name!r} is already registered")
-    OBJECTIVES[objective.name] = objective
-    return objective
-
-
-class _Names(Sequence[str]):
-    """The registered objectives' names, in registration order: a live view, so a setting whose
-    choices are ALGOS accepts an objective registered after it was defined."""
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return tuple(OBJECTIVES)[i]
-
-    def __len__(self) -> int:
-        return len(OBJECTIVES)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(tuple(OBJECTIVES))
-
-    def __contains__(self, name: object) -> bool:
-        return name in OBJECTIVES
-
-    def __repr__(self) -> str:
-        return repr(tuple(OBJECTIVES))
-
-    def __eq__(self, other: object) -> bool:  # equal to the tuple of the names, as ALGOS once was
-        return tuple(self) == (tuple(other) if isinstance(other, (tuple, _Names)) else other)
-
-    __hash__ = None  # type: ignore[assignment]
+OBJECTIVES: Registry = Registry("objective")
+register_objective = OBJECTIVES.register  # add an objective (a name registered twice is refused)
 
 
 # Appendix E's objectives, and the Appendix's clip ranges ("Algorithms and Hyperparameters"): GRPO
@@ -77,7 +47,9 @@ class _Names(Sequence[str]):
 register_objective(Objective("grpo", "GRPO", (0.2, 0.2), "token", 0))
 register_objective(Objective("gspo", "GSPO", (3e-4, 4e-4), "sequence", 1))
 register_objective(Objective("gmpo", "GMPO", (0.4, 0.4), "token", 2))
-ALGOS: Sequence[str] = _Names()
+# The registered objectives' names, a live view: a setting whose choices are ALGOS accepts an
+# objective registered after it was defined.
+ALGOS: Sequence[str] = OBJECTIVES.names()
 ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay", "rollout_replay")  # App. D; R3 beyond it
 ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # beyond it
 DEFAULT_GAMMA_MIN = 0.8  # Sec. 4.2 / Appendix: gamma_min = 0.8 in all experiments

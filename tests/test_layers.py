@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "helpers without rspo imports",
         [
             "rspo",
+            "rspo.registry",
             "rspo.method",
             "rspo.benchmark_catalog",
             "rspo.backend_capabilities",
