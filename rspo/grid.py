@@ -16,8 +16,8 @@ It imports nothing heavy (no torch): ``snakemake -n`` stays fast.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,29 +255,28 @@ def all_runs(preset: Preset, seeds: list[int] | None = None) -> dict[str, Run]:
     return runs
 
 
-@functools.lru_cache(maxsize=64)
-def _expansion(path: str, mtime_ns: int, seeds: tuple[int, ...] | None) -> tuple[Preset, dict[str, Run]]:
-    """One preset file's runs, expanded once per (file version, seeds)."""
-    preset = Preset.load(path)
-    return preset, all_runs(preset, None if seeds is None else list(seeds))
+_EXPANSIONS: weakref.WeakKeyDictionary[Preset, dict[tuple[int, ...] | None, dict[str, Run]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _runs(preset: Preset, seeds: list[int] | None = None) -> dict[str, Run]:
+    """The preset's runs (``all_runs``), expanded once per Preset object and seeds (a preset's mapping
+    is not changed once loaded: rspo.preset)."""
+    per_seeds = _EXPANSIONS.setdefault(preset, {})
+    key = None if seeds is None else tuple(seeds)
+    if key not in per_seeds:
+        per_seeds[key] = all_runs(preset, seeds)
+    return per_seeds[key]
 
 
 def find_run(preset: Preset, name: str) -> Run:
     """The run of the preset's grid named ``name``; a seed outside the preset's list (a run of
     `--config seeds=[...]`) is found among that seed's runs. A ConfigError lists the known names."""
-    if preset.path is not None and preset.path.is_file():
-        key = str(preset.path.resolve()), preset.path.stat().st_mtime_ns
-        runs = _expansion(*key, None)[1]
-    else:
-        runs = all_runs(preset)
+    runs = _runs(preset)
     seed_suffix = name.rsplit("-s", 1)[-1]
     if name not in runs and seed_suffix.isdigit():
-        other = (
-            _expansion(*key, (int(seed_suffix),))[1]
-            if preset.path is not None and preset.path.is_file()
-            else all_runs(preset, seeds=[int(seed_suffix)])
-        )
-        runs = {**runs, **other}
+        runs = {**runs, **_runs(preset, [int(seed_suffix)])}
     if name not in runs:
         raise _err("run", f"{name!r} is not in the preset's grid; known runs: {sorted(runs)}")
     return runs[name]

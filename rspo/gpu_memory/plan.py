@@ -524,7 +524,7 @@ def preset_setup(preset: dict[str, Any], gpu_gib: float) -> Setup:
 
 def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") -> list[RunPlan]:
     """One RunPlan per task and distinct memory-relevant run config of the preset's grid."""
-    from rspo.grid import load_train_config
+    from rspo.grid import train_config
     from rspo.plan import Plan
 
     preset = load_preset(preset_path)
@@ -533,8 +533,8 @@ def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") 
     out: list[RunPlan] = []
     shapes: dict[str, ModelShape] = {}
     seen = set()
-    for name, run in plan.runs.items():
-        cfg = load_train_config(preset_path, name)
+    for run in plan.runs.values():
+        cfg = train_config(plan.spec, run)  # the Run in hand: no lookup by name
         key = (run.task, cfg.algorithm.routing, cfg.model.path)
         if key in seen:
             continue

@@ -469,13 +469,13 @@ def task_inputs(preset_path: str, task: str, hub_dir: str, layers: int = 0, over
     terms scale)."""
     from rspo.config import load_preset
     from rspo.gpu_memory.shape import model_config
-    from rspo.grid import load_train_config
+    from rspo.grid import train_config
     from rspo.plan import Plan
 
     preset = load_preset(preset_path)
     plan = Plan(preset)
-    name = next(n for n, r in plan.runs.items() if r.task == task)
-    cfg = load_train_config(preset_path, name, list(overrides))
+    run = next(r for r in plan.runs.values() if r.task == task)
+    cfg = train_config(plan.spec, run, list(overrides))
     _, config, _ = model_config(plan.hub_model(task) or cfg.model.path, plan.spec, task, hub_dir)
     if layers:
         config.num_hidden_layers = layers
