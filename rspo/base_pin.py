@@ -127,14 +127,10 @@ def pin(preset_file: str | Path, folder: str | Path) -> str:
         )
     dest = pinned_dir(preset)
     if dest.resolve() != folder.resolve():
-        dest.mkdir(parents=True, exist_ok=True)
-        for p in dest.iterdir():
+        for p in dest.iterdir() if dest.is_dir() else ():
             if p.is_file():
                 p.unlink()
-        for p in sorted(folder.iterdir()):
-            if p.is_file() and p.name != MARKER:
-                shutil.copyfile(p, dest / p.name)
-        shutil.copyfile(folder / MARKER, dest / MARKER)
+        copy_checked(folder, new, dest, "base_model")
     m = lines[0]
     Path(preset_file).write_text(text[: m.start(2)] + new + text[m.end(2) :])
     return new

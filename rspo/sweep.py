@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from rspo import base_pin
+from rspo.preset import Preset
 from rspo.subcommand import rspo_argv
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
@@ -137,15 +139,11 @@ def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads
     -> (checkpoint, wall seconds or 0)."""
     over = spec["bases"][name] or {}
     out = work / "bases" / f"{name}-{_key(over)}"
-    if over.get("pinned") or over.get("committed"):
+    committed = _committed(spec, name)
+    if committed is not None:  # pretrained once and committed, so that later pieces start from it
         if not (out / "pretrain.json").is_file():
-            from rspo import base_pin
-            from rspo.preset import Preset
-
-            if over.get("pinned"):
-                base_pin.install(Preset.load(spec["preset"]), out)
-            else:  # a trial base pretrained once and committed, so that later pieces start from it
-                base_pin.copy_checked(over["committed"], over["sha256"], out, f"bases.{name}")
+            source, sha256, key = committed
+            base_pin.copy_checked(source, sha256, out, key)
         return out, 0.0
     tok = work / "tokenizer"
     if not (tok / "tokenizer.json").is_file():
@@ -412,15 +410,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _committed_source(spec: dict[str, Any], over: dict[str, Any]) -> Path | None:
-    """The committed folder of a pinned or committed base (None for a base pretrained by the sweep)."""
+def _committed(spec: dict[str, Any], name: str) -> tuple[Path, str, str] | None:
+    """Base ``name`` if it was pretrained once and committed: (its folder, its weights' sha256, the key
+    that states them) for the preset's pinned base (``pinned: true``) or a committed folder; None for a
+    base the sweep pretrains itself."""
+    over = spec["bases"][name] or {}
     if over.get("committed"):
-        return Path(over["committed"])
+        return Path(over["committed"]), over["sha256"], f"bases.{name}"
     if over.get("pinned"):
-        from rspo import base_pin
-        from rspo.preset import Preset
-
-        return base_pin.pinned_dir(Preset.load(spec["preset"]))
+        preset = Preset.load(spec["preset"])
+        return base_pin.pinned_dir(preset), preset.base_pin.sha256, "base_model"
     return None
 
 
@@ -435,14 +434,14 @@ def bases_table(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]] = (
     used = {r.get("base") for r in rows}
     for name, over in spec["bases"].items():
         summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
-        source = _committed_source(spec, over or {})
-        if not summary.is_file() and name in used and source is not None:
-            summary = source / "pretrain.json"
+        committed = _committed(spec, name)
+        if not summary.is_file() and name in used and committed is not None:
+            summary = committed[0] / "pretrain.json"
         if not summary.is_file():
             continue
         data = json.loads(summary.read_text())
         weights = summary.parent / "model.safetensors"
-        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16] + "…" if weights.is_file() else "-"
+        digest = base_pin.weights_sha256(weights.parent)[:16] + "…" if weights.is_file() else "-"
         how = (
             "the preset's pinned base (base_model)"
             if (over or {}).get("pinned")

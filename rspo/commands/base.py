@@ -33,11 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.action == "install":
-            out = base_pin.install(Preset.load(args.preset), args.out)
-            print(json.dumps({"installed": str(out), "sha256": base_pin.weights_sha256(out)}))
+            preset = Preset.load(args.preset)
+            out = base_pin.install(preset, args.out)  # its digest checked against the pin's
+            print(json.dumps({"installed": str(out), "sha256": preset.base_pin.sha256}))
         elif args.action == "check":
-            base_pin.check(Preset.load(args.preset), args.model)
-            print(json.dumps({"model": args.model, "sha256": base_pin.weights_sha256(args.model), "pinned": True}))
+            preset = Preset.load(args.preset)
+            base_pin.check(preset, args.model)
+            pinned = preset.base_pin.sha256 if preset.base_pin else base_pin.weights_sha256(args.model)
+            print(json.dumps({"model": args.model, "sha256": pinned, "pinned": preset.base_pin is not None}))
         else:
             new = base_pin.pin(args.preset, args.source)
             print(json.dumps({"pinned": str(base_pin.pinned_dir(Preset.load(args.preset))), "sha256": new}))
