@@ -442,16 +442,15 @@ def bases_table(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]] = (
         data = json.loads(summary.read_text())
         weights = summary.parent / "model.safetensors"
         digest = base_pin.weights_sha256(weights.parent)[:16] + "…" if weights.is_file() else "-"
-        how = (
-            "the preset's pinned base (base_model)"
-            if (over or {}).get("pinned")
-            else f"committed: {over['committed']}, pretrained with "
-            + " ".join(f"{k}={v}" for k, v in over.items() if k not in ("committed", "sha256"))
-            if (over or {}).get("committed")
-            else None
-        )
+        recipe = " ".join(f"{k}={v}" for k, v in (over or {}).items() if k not in ("committed", "sha256"))
+        if (over or {}).get("pinned"):
+            how = "the preset's pinned base (base_model)"
+        elif (over or {}).get("committed"):
+            how = f"committed: {over['committed']}, pretrained with {recipe}"
+        else:
+            how = recipe or "(preset)"
         lines.append(
-            f"| {name} | {how or ' '.join(f'{k}={v}' for k, v in (over or {}).items()) or '(preset)'} | "
+            f"| {name} | {how} | "
             f"{100 * data['heldout']['accuracy']:.1f} (n={data['heldout']['n']}) | {data['examples']} | "
             f"{data['wall_time_s'] / 60:.1f} min | {digest} |"
         )
