@@ -376,10 +376,11 @@ def table_main(plan: Plan, eval_dir: str | Path) -> Table:
 
     ref_rows = []
     if ref.has_reference("table_main", plan.name):
+        table1 = {task: ref.table1(task) for task in per_task}
         for key in methods:
             cells = []
             for task in per_task:
-                paper = ref.table1(task).get(key)
+                paper = table1[task].get(key)
                 cells += (
                     (
                         [Cell(mean=paper[b]) for b in benches[task]]
