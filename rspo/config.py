@@ -41,6 +41,7 @@ from rspo.method import (  # noqa: F401 (ALGOS, ConfigError, check_gamma_min: re
 
 TASKS = ("countdown", "math", "code")
 BACKENDS = tuple(CAPABILITIES)
+OLD_VALUES = ("recompute", "rollout")
 PROMPT_FORMATS = ("steps", "optimal_path", "search_path")
 TEMPLATES = ("auto", "chat") + tuple(dict.fromkeys(t for ts in HAND_TEMPLATES.values() for t in ts))
 
@@ -152,8 +153,23 @@ class RolloutConfig(Section):
     fp8 (hf backend, one process): an FP8 W8A8 engine, the decoder's weights and the inputs of their
     products rounded to E4M3 while it decodes, bf16 arithmetic (rspo.rollout.fp8). Another precision
     than the trainer's makes the train-inference mismatch (docs/mismatch.md)."""
+    old_values: str = setting("recompute", choices=OLD_VALUES, noun="source of the old values")
+    """Where a step's old log-probs, entropy and router cache come from. "recompute" (the paper's,
+    verl's and TRL's default): the old pass, a no-grad forward of the trainer over the step's rows.
+    "rollout": recorded by the hf backend while it samples (it decodes with the training model in
+    the trainer's precision), so the old pass is skipped. Not bit for bit the old pass: the decoding's
+    KV-cache forwards (and, on the CPU, its eager attention) round differently (docs/performance.md
+    measures by how much). hf backend, rollout.dtype the trainer's (""), one process, routing none or
+    freeze (the replay modes need the old pass's own cache)."""
 
     def checks(self, prefix: str) -> None:
+        if self.old_values == "rollout" and (not CAPABILITIES[self.backend].in_trainer or self.dtype):
+            raise _err(
+                f"{prefix}.old_values",
+                "rollout needs an engine that decodes with the training model in its precision "
+                f'(backend hf, dtype ""), got backend {self.backend!r}, dtype {self.dtype!r}: the old values '
+                "would score another policy than the trainer's",
+            )
         if self.top_p != 1.0:
             raise _err(
                 f"{prefix}.top_p",
@@ -296,6 +312,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.rollout_correction_low": 0.5,
     "algorithm.rollout_correction_high": 2.0,
     "tracking.collapse_sustain": 0,
+    "rollout.old_values": "recompute",
 }
 
 # Settings removed after runs existed: the one value every such run had (put back into the fingerprint,
@@ -348,6 +365,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in SECTIONS:  # each field's constraints (rspo.constraints), then the section's own checks
             getattr(self, name).validate(f"rl.{name}")
+        if self.rollout.old_values == "rollout" and self.algorithm.routing not in ("none", "freeze"):
+            raise _err(
+                "rl.rollout.old_values",
+                f"rollout needs routing none or freeze, got {self.algorithm.routing!r}: replay reads the old "
+                "pass's router cache (its logits, or the experts of a forward the rollout does not run)",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -7,6 +7,9 @@ optimiser updates per rollout, no KL, lr 1e-5):
 
 - ``rspo``: ``Trainer.train_step`` (GRPO, router diagnostics on: the suite's default for every
   run), phases rollout / reward / old pass / update;
+- ``rspo old=rollout``: the same with ``rollout.old_values=rollout`` (the hf backend records the
+  old log-probs, entropy and router cache while it samples; no old pass), a second trainer from
+  the same weights;
 - ``trl``: TRL's ``GRPOTrainer`` (loss_type grpo, beta 0, per_device_train_batch_size = rows of
   a mini-batch, steps_per_generation = updates per rollout, so it computes old log-probs like we
   do; gradient checkpointing off and router aux loss 0, as in our run); its rollout phase is the
@@ -50,11 +53,18 @@ from typing import Any
 from rspo.bench import RATIO_DEFINITION, ratio_spread, spread_text
 
 COLUMNS = ("rollout_s", "old_pass_s", "update_s", "step_s", "rollout_tok_s", "update_tok_s")
-# (ratio, the contender ours is divided by, the column): of the medians, and per round (``spread``)
+ROLLOUT_OLD = "rspo old=rollout"
+# what the old values from the rollout change, read on the step's first (on-policy) mini-batch, where
+# the old pass's values give |ppo_kl| = 0 and gamma = 1 exactly
+EXACTNESS = {"onpolicy_abs_ppo_kl": "actor/onpolicy_ppo_kl", "onpolicy_gamma": "router/onpolicy_shift_ratio_mean"}
+# (ratio, the contender divided, the contender it is divided by, the column): of the medians, and per
+# round (``spread``)
 RATIOS = (
-    ("step_time_ratio_vs_trl", "trl", "step_s"),
-    ("update_tokens_per_s_vs_raw_training", "raw train", "update_tok_s"),
-    ("rollout_tokens_per_s_vs_generate", "generate", "rollout_tok_s"),
+    ("step_time_ratio_vs_trl", "rspo", "trl", "step_s"),
+    ("update_tokens_per_s_vs_raw_training", "rspo", "raw train", "update_tok_s"),
+    ("rollout_tokens_per_s_vs_generate", "rspo", "generate", "rollout_tok_s"),
+    ("rollout_old_step_time_ratio_vs_trl", ROLLOUT_OLD, "trl", "step_s"),
+    ("rollout_old_step_time_ratio_vs_recompute", ROLLOUT_OLD, "rspo", "step_s"),
 )
 
 
@@ -151,7 +161,7 @@ class _Generate:
         return wall, int(response_mask_from_ids(resp, stop_token_ids(self.tok)).sum())
 
 
-CONTENDERS = ("rspo", "trl", "raw train", "generate")
+CONTENDERS = ("rspo", ROLLOUT_OLD, "trl", "raw train", "generate")
 
 
 def bench_model(
@@ -187,6 +197,10 @@ def bench_model(
     ]
     cfg = load_train_config(preset_path, None, overrides)
     ours = Trainer(cfg, work / f"rspo-{label}")
+    rollout_old = None
+    if ROLLOUT_OLD in contenders:
+        cfg_old = load_train_config(preset_path, None, [*overrides, 'rollout.old_values="rollout"'])
+        rollout_old = Trainer(cfg_old, work / f"rspo-rollout-old-{label}")
     torch.set_num_threads(threads)
     sc, G = cfg.schedule, cfg.rollout.group_size
     updates = sc.prompts_per_step // sc.mini_batch_prompts
@@ -195,19 +209,24 @@ def bench_model(
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in CONTENDERS if k in contenders}
     progress = Progress(f"speed {label}", total=steps + 1, unit="round", quiet=quiet, every=1)
 
+    def phases(m: dict[str, float]) -> dict[str, float]:
+        return {
+            "rollout_s": m["perf/rollout_s"],
+            "old_pass_s": m["perf/old_pass_s"],
+            "update_s": m["perf/update_s"],
+            "step_s": m["perf/step_s"],
+            "rollout_tok_s": m["perf/rollout_tokens_per_s"],
+            "update_tok_s": m["perf/update_tokens_per_s"],
+        }
+
     def other_steps() -> None:
         """One step of every contender but TRL, each timed on its own."""
         m = ours.train_step()
-        rows["rspo"].append(
-            {
-                "rollout_s": m["perf/rollout_s"],
-                "old_pass_s": m["perf/old_pass_s"],
-                "update_s": m["perf/update_s"],
-                "step_s": m["perf/step_s"],
-                "rollout_tok_s": m["perf/rollout_tokens_per_s"],
-                "update_tok_s": m["perf/update_tokens_per_s"],
-            }
-        )
+        rows["rspo"].append(phases(m))
+        if rollout_old is not None:  # and how far its old values are from the old pass's: on-policy
+            m_old = rollout_old.train_step()  # the first mini-batch's ratio is 1 and gamma 1 with the old pass
+            exact = {k: abs(m_old[metric]) for k, metric in EXACTNESS.items()}
+            rows[ROLLOUT_OLD].append({**phases(m_old), **exact})
         if raw is not None:
             mbs = ours.policy.mini_batches(ours.step - 1, 0)
             wall, n_tok = raw.step(ours.last_batch, mbs, ours.tokenizer.pad_token_id)
@@ -232,12 +251,12 @@ def bench_model(
         "median": med,
     }
     out["spread"], out["ratio_of_medians"], out["ratio_definition"] = {}, {}, RATIO_DEFINITION
-    for key, other, column in RATIOS:
-        if other in med:
-            per_round = [a[column] / b[column] for a, b in zip(rows["rspo"][1:], rows[other][1:])]
+    for key, ours_name, other, column in RATIOS:
+        if ours_name in med and other in med:
+            per_round = [a[column] / b[column] for a, b in zip(rows[ours_name][1:], rows[other][1:])]
             out["spread"][key] = ratio_spread(per_round)
             out[key] = out["spread"][key]["median"]
-            out["ratio_of_medians"][key] = med["rspo"][column] / med[other][column]
+            out["ratio_of_medians"][key] = med[ours_name][column] / med[other][column]
     return out
 
 
@@ -306,19 +325,27 @@ def _run_with_trl(
 def format_table(res: dict[str, Any]) -> list[str]:
     lines = [
         f"{res['label']}: {res['layers']} layers, median of {res['steps_measured']} steps after 1 warm-up",
-        f"{'contender':<11}" + "".join(f"{c:>14}" for c in COLUMNS),
+        f"{'contender':<17}" + "".join(f"{c:>14}" for c in COLUMNS),
     ]
     for name, row in res["median"].items():
         cells = []
         for c in COLUMNS:
             v = row.get(c)
             cells.append(f"{'-':>14}" if v is None else f"{v:>14.0f}" if c.endswith("tok_s") else f"{v:>14.3f}")
-        lines.append(f"{name:<11}" + "".join(cells))
+        lines.append(f"{name:<17}" + "".join(cells))
     names = {
         "step_time_ratio_vs_trl": "ours / TRL step time",
         "update_tokens_per_s_vs_raw_training": "update tokens/s vs raw training",
         "rollout_tokens_per_s_vs_generate": "rollout tokens/s vs generate",
+        "rollout_old_step_time_ratio_vs_trl": "old=rollout / TRL step time",
+        "rollout_old_step_time_ratio_vs_recompute": "old=rollout / recompute step time",
     }
+    exact = res["median"].get(ROLLOUT_OLD, {})
+    if "onpolicy_gamma" in exact:
+        lines.append(
+            f"old=rollout on the on-policy mini-batch: |ppo_kl| {exact['onpolicy_abs_ppo_kl']:.2e}, "
+            f"gamma {exact['onpolicy_gamma']:.6f} (the old pass: 0 and 1)"
+        )
     for k, text in names.items():
         if k in res:
             spread = res.get("spread", {}).get(k)
@@ -383,11 +410,7 @@ def run_speed(
             )
             print("\n" + "\n".join(format_table(results[-1])), flush=True)
     first = results[0]
-    summary = {
-        k: first[k]
-        for k in ("step_time_ratio_vs_trl", "update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate")
-        if k in first
-    }
+    summary = {k: first[k] for k, *_ in RATIOS if k in first}
     summary.update(preset=name, threads=threads, models=results)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -77,7 +77,7 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
                 "--deep-layers",
                 "3",
                 "--contenders",
-                "rspo,raw train,generate",
+                "rspo,rspo old=rollout,raw train,generate",
                 "--quiet",
                 "--out",
                 str(out),
@@ -87,18 +87,32 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
     )
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
-    assert set(result) >= {"update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate", "models"}
-    assert "step_time_ratio_vs_trl" not in result
+    assert set(result) >= {
+        "update_tokens_per_s_vs_raw_training",
+        "rollout_tokens_per_s_vs_generate",
+        "rollout_old_step_time_ratio_vs_recompute",
+        "models",
+    }
+    assert "step_time_ratio_vs_trl" not in result and "rollout_old_step_time_ratio_vs_trl" not in result
     assert [m["layers"] for m in result["models"]] == [2, 3]
     for m in result["models"]:
-        assert set(m["median"]) == {"rspo", "raw train", "generate"}
+        assert set(m["median"]) == {"rspo", "rspo old=rollout", "raw train", "generate"}
+        assert m["median"]["rspo old=rollout"]["old_pass_s"] < m["median"]["rspo"]["old_pass_s"]
+        assert m["rollout_old_step_time_ratio_vs_recompute"] > 0
+        exact = m["median"]["rspo old=rollout"]  # float rounding away from the old pass, no more
+        assert 0 <= exact["onpolicy_abs_ppo_kl"] < 1e-4 and exact["onpolicy_gamma"] == pytest.approx(1, abs=1e-3)
         assert m["update_tokens_per_s_vs_raw_training"] > 0 and m["rollout_tokens_per_s_vs_generate"] > 0
         # one measured round: its ratio is the median ratio, and the spread says it rests on one round
         spread = m["spread"]["update_tokens_per_s_vs_raw_training"]
         assert spread["rounds"] == 1 and spread["median"] == pytest.approx(m["update_tokens_per_s_vs_raw_training"])
-        assert set(m["spread"]) == {"update_tokens_per_s_vs_raw_training", "rollout_tokens_per_s_vs_generate"}
+        assert set(m["spread"]) == {
+            "update_tokens_per_s_vs_raw_training",
+            "rollout_tokens_per_s_vs_generate",
+            "rollout_old_step_time_ratio_vs_recompute",
+        }
     assert any("update tokens/s vs raw training" in line and "over 1" in line for line in lines)
     assert any(line.startswith("raw train") for line in lines) and json.loads(out.read_text()) == result
+    assert any(line.startswith("old=rollout on the on-policy mini-batch: |ppo_kl|") for line in lines)
 
 
 def test_speed_against_trl(capsys):
@@ -127,7 +141,8 @@ def test_speed_against_trl(capsys):
     first = result["models"][0]
     assert result["step_time_ratio_vs_trl"] == first["spread"]["step_time_ratio_vs_trl"]["median"]
     assert first["ratio_of_medians"]["step_time_ratio_vs_trl"] > 0
-    assert set(result["models"][0]["median"]) == {"rspo", "trl", "raw train", "generate"}
+    assert set(result["models"][0]["median"]) == {"rspo", "rspo old=rollout", "trl", "raw train", "generate"}
+    assert result["rollout_old_step_time_ratio_vs_trl"] > 0
 
 
 def test_a_ratio_spread_is_the_median_and_quartiles_of_the_rounds():

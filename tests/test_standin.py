@@ -64,6 +64,9 @@ def test_rollouts_are_as_long_as_a_step_can_be_and_end_on_no_stop_token():
     assert batch.input_ids.shape == (6, 7 + 5) and batch.prompt_width == 7
     assert bool(batch.response_mask.bool().all()) and bool(batch.attention_mask.bool().all())
     assert backend.generate(["a"], 2, Sampling(temperature=1.0, max_new_tokens=3)).response_mask.shape == (2, 3)
+    # it samples nothing from the training model, so it has no old values to give
+    with pytest.raises(ValueError, match="stand-in backend does not decode with the training model"):
+        backend.generate(["a"], 2, Sampling(temperature=1.0, max_new_tokens=3), record_old=True)
 
 
 def test_the_batch_is_on_the_engines_device_as_vllms_is_on_the_trainers():

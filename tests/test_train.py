@@ -457,3 +457,62 @@ def test_tensor_parallel_rollouts_need_vllm(assets):
     rl = {"model": {"path": str(assets / "base")}, "rollout": {"tensor_parallel_size": 2}}
     with pytest.raises(ConfigError, match="tensor_parallel_size > 1 and vllm_sleep need backend: vllm"):
         train_config_from_dict(rl, run_name="t")
+
+
+def test_old_values_from_the_rollout_match_the_old_pass(assets, tmp_path):
+    """rollout.old_values=rollout: the log-probs, entropy and router cache the hf backend records while
+    it samples are the old pass's on the same rows, to float rounding (the decoding's KV-cache shapes);
+    the router cache's experts are the same at every position that predicts a response token."""
+    cfg = make_cfg(assets, algo="gmpo", router_shift=True)
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, old_values="rollout"))
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task())
+    p = tr.policy
+    assert p.old_from_rollout and not p.onpolicy_shortcut
+    batch, rewards, _ = tr.rollouts.rollout(0, p.device)
+    adv = torch.zeros(len(rewards))
+    st = p.old_pass(batch, adv, 0)
+    mbs = p.mini_batches(0, 0)
+    tokens = st.row_tokens
+    old_logp, entropy, cache = p._old_pass(batch, mbs, mbs, tokens)
+    mask = batch.response_mask.bool()
+    assert mask.sum() > 0
+    torch.testing.assert_close(st.old_logp[mask], old_logp[mask], rtol=0, atol=1e-4)
+    torch.testing.assert_close(st.entropy[mask], entropy[mask], rtol=0, atol=1e-4)
+    P, R = batch.prompt_width, mask.shape[1]
+    # the position that predicts response token j is P - 1 + j
+    pred = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
+    pred[:, P - 1 : P - 1 + R] = mask
+    rows = torch.arange(len(mask))
+    a, b = st.cache[rows], cache[rows]
+    for layer in range(a.num_layers):
+        assert torch.equal(a.indices[layer][pred].sort(-1).values, b.indices[layer][pred].sort(-1).values)
+        # same experts in the same order, log-probs as the cache rounds them (fp16: 2^-10 relative)
+        torch.testing.assert_close(a.logp[layer][pred].float(), b.logp[layer][pred].float(), rtol=2e-3, atol=2e-3)
+    # a run with it trains, and its first on-policy update sees gamma ~ 1
+    tr = Trainer(cfg, tmp_path / "train", task=digit_task())
+    metrics = [tr.train_step() for tr.step in range(2)]
+    assert all(math.isfinite(v) for m in metrics for v in m.values() if isinstance(v, float))
+    for m in metrics:
+        assert m["router/onpolicy_shift_ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert abs(m["actor/onpolicy_ppo_kl"]) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("change", "needs"),
+    [
+        ({"rollout": {"backend": "vllm"}}, "backend hf"),
+        ({"rollout": {"dtype": "bfloat16"}}, "backend hf"),
+        ({"algorithm": {"routing": "index_replay"}}, "routing none or freeze"),
+    ],
+)
+def test_old_values_from_the_rollout_refused_where_they_are_not_the_old_policy(assets, change, needs):
+    from rspo.config import ConfigError
+
+    rl = make_cfg(assets).to_dict()
+    rl["rollout"]["old_values"] = "rollout"
+    for section, values in change.items():
+        rl[section].update(values)
+    for key in ("seed", "preset", "run_name"):
+        rl.pop(key)
+    with pytest.raises(ConfigError, match=f"old_values.*{needs}"):
+        train_config_from_dict(rl, seed=0, run_name="test")

@@ -22,6 +22,12 @@ class RolloutBatch:
     """(L, B, P + R, K) the experts the engine routed each position to, per MoE layer (the
     old-router cache's index layout, rspo.router.OldRouterCache); a position the engine never
     forwarded (the last sampled token, padding) holds experts 0..K-1, which nothing reads."""
+    engine_entropy: torch.Tensor | None = None
+    """(B, R) float32: the entropy of that distribution at each response token, where the engine
+    records the old values (``record_old``: the hf backend); 0 on padding."""
+    routed_logp: torch.Tensor | None = None
+    """(L, B, P + R, K) the log router probabilities of ``routed_experts`` (softmax over all experts,
+    rounded as the old-router cache stores them), where the engine records the old values."""
 
     @property
     def response_ids(self) -> torch.Tensor:  # (B, R)
@@ -51,6 +57,8 @@ class RolloutBatch:
             responses=[self.responses[int(i)] for i in rows],
             engine_logp=None if self.engine_logp is None else self.engine_logp[rows],
             routed_experts=None if routed is None else routed[:, rows.to(routed.device)],
+            engine_entropy=None if self.engine_entropy is None else self.engine_entropy[rows],
+            routed_logp=None if self.routed_logp is None else self.routed_logp[:, rows.to(self.routed_logp.device)],
         )
 
     def row_extras(self) -> tuple[list[list[float]] | None, list[torch.Tensor] | None]:
@@ -91,14 +99,24 @@ class Sampling:
 
 class RolloutBackend(Protocol):
     def generate(
-        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
+        self,
+        prompts: list[str],
+        n: int,
+        sampling: Sampling,
+        *,
+        row_offset: int = 0,
+        record_routing: bool = False,
+        record_old: bool = False,
     ) -> RolloutBatch:
         """n responses per prompt, grouped consecutively: rows [i*n, (i+1)*n) answer prompts[i].
 
         Row i is sampled from its own stream seeded by ``row_seed(sampling.seed, row_offset + i)``,
         so a response does not depend on which other prompts share the call (the property that
         makes rollouts sharded over ranks equal to a single-process rollout). ``record_routing``:
-        also report the experts each position was routed to, where the backend can.
+        also report the experts each position was routed to, where the backend can. ``record_old``
+        (backends that decode with the training model): also the old values the trainer's old pass
+        would compute, the entropy of each token's distribution and the log router probabilities of
+        the routed experts (``engine_entropy``, ``routed_logp``; with ``record_routing``).
         """
 
     def sync_weights(self, model) -> None:
@@ -109,6 +127,15 @@ class RolloutBackend(Protocol):
 
     def wake_kv(self) -> None:
         """After a sync: map the KV cache back (the second stage of a wake; else nothing)."""
+
+
+def refuse_old_values(backend: str, record_old: bool) -> None:
+    """A backend that does not decode with the training model has no old values to record."""
+    if record_old:
+        raise ValueError(
+            f"record_old: the {backend} backend does not decode with the training model, so what it computes "
+            "is not the old policy's (rollout.old_values=rollout needs the hf backend)"
+        )
 
 
 def check_sampling(top_p: float, top_k: int) -> None:

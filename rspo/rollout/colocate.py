@@ -127,7 +127,15 @@ def check_tensor_parallel(tp: int, dist: Dist, backend: str) -> None:
 
 
 def generate_share(
-    backend, prompts: list[str], n: int, dist: Dist, tp: int, sampling: Sampling, *, record_routing: bool = False
+    backend,
+    prompts: list[str],
+    n: int,
+    dist: Dist,
+    tp: int,
+    sampling: Sampling,
+    *,
+    record_routing: bool = False,
+    record_old: bool = False,
 ):
     """This rank's contiguous share (len(prompts) / world) of ``n`` responses per prompt. With
     ``tp`` > 1 the ranks of a tensor-parallel group submit the group's prompts together and each
@@ -135,10 +143,14 @@ def generate_share(
     lo, hi = dist.shard_bounds(len(prompts))
     per = hi - lo
     if tp == 1:
-        return backend.generate(prompts[lo:hi], n, sampling, row_offset=lo * n, record_routing=record_routing)
+        return backend.generate(
+            prompts[lo:hi], n, sampling, row_offset=lo * n, record_routing=record_routing, record_old=record_old
+        )
     g0 = (dist.rank // tp) * tp * per
     group = prompts[g0 : g0 + tp * per]
-    batch: RolloutBatch = backend.generate(group, n, sampling, row_offset=g0 * n, record_routing=record_routing)
+    batch: RolloutBatch = backend.generate(
+        group, n, sampling, row_offset=g0 * n, record_routing=record_routing, record_old=record_old
+    )
     k = dist.rank % tp
     return batch.select(torch.arange(k * per * n, (k + 1) * per * n))
 

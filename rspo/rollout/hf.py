@@ -84,12 +84,23 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
+        self,
+        prompts: list[str],
+        n: int,
+        sampling: Sampling,
+        *,
+        row_offset: int = 0,
+        record_routing: bool = False,
+        record_old: bool = False,
     ) -> RolloutBatch:
         """Rows as the RolloutBackend protocol says, with each sampled token's log-prob under the full
         temperature-scaled distribution (``engine_logp``) and, with ``record_routing``, the experts
         every forwarded position was routed to (``routed_experts``: the prompt's in the prefill, each
-        response token's when it is fed back; the last sampled token is never forwarded)."""
+        response token's when it is fed back; the last sampled token is never forwarded). With
+        ``record_old`` also each token's entropy of that distribution (``engine_entropy``) and, with
+        ``record_routing``, the log router probabilities of the routed experts (``routed_logp``): the
+        old values of the trainer's old pass, from the forwards that sampled (the positions that
+        predict a response token are exactly the forwarded ones)."""
         if not prompts:
             raise ValueError("prompts: empty")
         temperature, top_p, top_k = sampling.temperature, sampling.top_p, sampling.top_k
@@ -107,7 +118,8 @@ class HFBackend:
         seeds = torch.tensor([row_seed(seed, row_offset + i) for i in range(B)], device=device)  # (B,)
         out = torch.full((B, max_new_tokens), tok.pad_token_id, dtype=torch.long, device=device)  # (B, R)
         out_logp = torch.zeros(B, max_new_tokens, device=device)  # (B, R) the engine's log-prob of each token
-        routing = _Routing(self.model, B, P, max_new_tokens, n) if record_routing else None
+        out_ent = torch.zeros(B, max_new_tokens, device=device) if record_old else None  # (B, R) its entropy
+        routing = _Routing(self.model, B, P, max_new_tokens, n, with_logp=record_old) if record_routing else None
         was_training = self.model.training
         self.model.eval()
         attn_impl = getattr(self.model.config, "_attn_implementation", None)
@@ -152,6 +164,8 @@ class HFBackend:
                     nxt = logits.argmax(dim=-1)
                 out[active, t] = nxt
                 out_logp[active, t] = full.gather(1, nxt[:, None]).squeeze(1)
+                if out_ent is not None:  # as the old pass computes it (rspo.models.response_logprobs)
+                    out_ent[active, t] = -(full.exp() * full).sum(-1)
                 steps = t + 1
                 finished = finished | torch.isin(nxt, stop)  # (b,)
                 if self.all_done(bool(finished.all())):
@@ -187,7 +201,17 @@ class HFBackend:
         texts = tok.batch_decode(response_ids, skip_special_tokens=True)
         engine_logp = out_logp[:, :steps] * response_mask  # (B, R)
         routed = routing.result(steps) if routing is not None else None
-        return RolloutBatch(full, full_mask, P, response_mask, texts, engine_logp, routed)
+        return RolloutBatch(
+            full,
+            full_mask,
+            P,
+            response_mask,
+            texts,
+            engine_logp,
+            routed,
+            engine_entropy=None if out_ent is None else out_ent[:, :steps] * response_mask,
+            routed_logp=routing.result_logp(steps) if routing is not None and record_old else None,
+        )
 
 
 class _Routing:
@@ -195,27 +219,47 @@ class _Routing:
     the prefill's P prompt positions, repeated for the n rows of a prompt, then at step t >= 1 the
     response token fed back, at position P + t - 1, for the rows still decoding."""
 
-    def __init__(self, model, rows: int, prompt_width: int, max_new_tokens: int, n: int) -> None:
+    def __init__(self, model, rows: int, prompt_width: int, max_new_tokens: int, n: int, with_logp: bool) -> None:
         from rspo.router import capture_router_logits, router_spec
 
         spec = router_spec(model)
-        self.P, self.n = prompt_width, n
+        self.P, self.n, self.top_k = prompt_width, n, spec.top_k
         self.routed = no_routing(spec.num_moe_layers, rows, prompt_width + max_new_tokens, spec.top_k)
+        # the old-router cache's log-probs of those experts (rspo.router_shift.OldRouterCache)
+        self.logp = torch.zeros(self.routed.shape, dtype=torch.float16) if with_logp else None
         self._ctx = capture_router_logits(model, detach=True)
         self.cap = self._ctx.__enter__()
 
     def record(self, t: int, active: torch.Tensor) -> None:
-        for layer, idx in enumerate(self.cap.indices):
+        indices = self.cap.indices
+        logp = None
+        if self.logp is not None:  # the cache's own rounding of log softmax over all experts, per layer
+            from rspo.router_shift import OldRouterCache
+
+            n = indices[0].shape[0]
+            part = OldRouterCache.from_logits(self.cap.logits, self.top_k, (n, 1), indices_list=indices)
+            logp = part.logp[:, :, 0].cpu()  # (L, n, K)
+        for layer, idx in enumerate(indices):
             idx = idx.to("cpu", self.routed.dtype)
             if t == 0:  # (N*P, K) of the prompts, before their rows are repeated
-                per_prompt = idx.view(-1, self.P, idx.shape[-1]).repeat_interleave(self.n, dim=0)
-                self.routed[layer, :, : self.P] = per_prompt
+                self.routed[layer, :, : self.P] = self._per_row(idx)
+                if logp is not None:
+                    self.logp[layer, :, : self.P] = self._per_row(logp[layer])
             else:
                 self.routed[layer, active.cpu(), self.P + t - 1] = idx
+                if logp is not None:
+                    self.logp[layer, active.cpu(), self.P + t - 1] = logp[layer]
         self.cap.clear()
+
+    def _per_row(self, x: torch.Tensor) -> torch.Tensor:
+        """(N*P, K) of the prompts -> (N*n, P, K): each prompt's positions for its n rows."""
+        return x.view(-1, self.P, x.shape[-1]).repeat_interleave(self.n, dim=0)
 
     def close(self) -> None:
         self._ctx.__exit__(None, None, None)
 
     def result(self, steps: int) -> torch.Tensor:
         return self.routed[:, :, : self.P + steps]
+
+    def result_logp(self, steps: int) -> torch.Tensor:
+        return self.logp[:, :, : self.P + steps]

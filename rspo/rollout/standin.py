@@ -26,7 +26,7 @@ import random
 import torch
 
 from rspo.phase_memory import return_cached_blocks
-from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, stop_token_ids
+from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, refuse_old_values, stop_token_ids
 from rspo.rollout.colocate import EngineSleep
 
 ELEMENT = torch.bfloat16  # the engine's buffers are allocated as bf16 elements (2 bytes each)
@@ -92,7 +92,14 @@ class StandInBackend:
             self._stream(model)
 
     def generate(
-        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
+        self,
+        prompts: list[str],
+        n: int,
+        sampling: Sampling,
+        *,
+        row_offset: int = 0,
+        record_routing: bool = False,
+        record_old: bool = False,
     ) -> RolloutBatch:
         """n rows per prompt of prompt_tokens + min(max_new_tokens, response_tokens) random tokens, on
         ``batch_device`` (default: the engine's, as vLLM's batch is on the trainer's device; the
@@ -100,6 +107,7 @@ class StandInBackend:
         routing are reported: the stand-in samples nothing)."""
         if not prompts:
             raise ValueError("prompts: empty")
+        refuse_old_values("stand-in", record_old)
         self.sleeper.wake()
         R = min(sampling.max_new_tokens, self.response_tokens)
         B = len(prompts) * n

@@ -100,7 +100,7 @@ from collections.abc import Iterator
 import torch
 
 from rspo.distributed import full_tensor
-from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, stop_token_ids
+from rspo.rollout.base import RolloutBatch, Sampling, pack_rows, refuse_old_values, stop_token_ids
 from rspo.rollout.colocate import EngineSleep, engine_allocator
 from rspo.seeding import row_seed
 
@@ -381,7 +381,14 @@ class VLLMBackend:
         self.last_sync_s = time.perf_counter() - t0
 
     def generate(
-        self, prompts: list[str], n: int, sampling: Sampling, *, row_offset: int = 0, record_routing: bool = False
+        self,
+        prompts: list[str],
+        n: int,
+        sampling: Sampling,
+        *,
+        row_offset: int = 0,
+        record_routing: bool = False,
+        record_old: bool = False,
     ) -> RolloutBatch:
         """One SamplingParams per prompt, seeded by the global row of the prompt's first response,
         so a prompt's n responses do not depend on how prompts are split over calls or ranks. Each
@@ -392,6 +399,7 @@ class VLLMBackend:
         ``routed_experts_of``)."""
         if not prompts:
             raise ValueError("prompts: empty")
+        refuse_old_values("vllm", record_old)
         s = sampling
         self.sleeper.wake()  # awake already after a sync and wake_kv (no-op); a released engine wakes
         params = [

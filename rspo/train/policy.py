@@ -144,6 +144,17 @@ class Policy:
         self.onpolicy_shortcut = (
             not dist.enabled and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE) and not _stochastic(self.model)
         )
+        # rollout.old_values=rollout: the hf backend recorded the old values while it sampled (one
+        # process: its rows are this process's rows); no old pass, and no shortcut either, so every
+        # mini-batch reads the same source
+        self.old_from_rollout = cfg.rollout.old_values == "rollout"
+        if self.old_from_rollout:
+            if dist.enabled:
+                raise ValueError(
+                    "rl.rollout.old_values=rollout: one process only (under torchrun each rank would need "
+                    "the rollout's values of the rows gathered from the others)"
+                )
+            self.onpolicy_shortcut = False
         self.model.eval()
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=dist.enabled)
         self.memory.start(self.model, self.optimizer)
@@ -263,17 +274,17 @@ class Policy:
         )
         cache.assign(rows, part.pad_columns(lo, T))
 
-    def _engine_routing(self, batch: RolloutBatch) -> OldRouterCache:
-        """The experts the rollout engine routed each position to, as an old-router cache (R3)."""
-        if batch.routed_experts is None:
+    def _engine_routing(self, batch: RolloutBatch, with_logp: bool = False) -> OldRouterCache:
+        """The experts the rollout engine routed each position to, as an old-router cache (R3); with
+        ``with_logp`` their log router probabilities too (``rollout.old_values=rollout``), else zeros."""
+        if batch.routed_experts is None or (with_logp and batch.routed_logp is None):
             raise ValueError(
-                "algorithm.routing=rollout_replay: the rollout backend reported no routing (the hf backend "
-                "records it; vLLM's needs a GPU and enable_return_routed_experts)"
+                "algorithm.routing=rollout_replay or rollout.old_values=rollout: the rollout backend reported no "
+                "routing (the hf backend records it; vLLM's needs a GPU and enable_return_routed_experts)"
             )
         idx = batch.routed_experts.to(dtype=torch.uint8 if self.spec.num_experts <= 256 else torch.int16)
-        return OldRouterCache(
-            indices=idx, logp=torch.zeros(idx.shape, dtype=torch.float16), num_experts=self.spec.num_experts
-        )
+        logp = batch.routed_logp if with_logp else torch.zeros(idx.shape, dtype=torch.float16)
+        return OldRouterCache(indices=idx, logp=logp, num_experts=self.spec.num_experts)
 
     # ------------------------------------------------------------------ the step
 
@@ -284,9 +295,24 @@ class Policy:
         mbs0 = self.mini_batches(step, 0)
         tokens = row_tokens(batch.attention_mask.cpu(), batch.response_mask.cpu(), batch.prompt_width)
         with self.memory.phase("old_pass"):
-            order = mbs0[1:] if self.onpolicy_shortcut else mbs0
-            old_logp, entropy, cache = self._old_pass(batch, order, mbs0, tokens)
+            if self.old_from_rollout:
+                old_logp, entropy, cache = self._rollout_old_values(batch, mbs0)
+            else:
+                order = mbs0[1:] if self.onpolicy_shortcut else mbs0
+                old_logp, entropy, cache = self._old_pass(batch, order, mbs0, tokens)
         return StepTensors(batch, adv, old_logp, entropy, cache, mbs0, tokens)
+
+    def _rollout_old_values(self, batch: RolloutBatch, mbs: list[torch.Tensor]):
+        """The old log-probs, entropy and router cache the hf backend recorded while it sampled
+        (``rollout.old_values=rollout``), in the old pass's layout."""
+        if batch.engine_logp is None or batch.engine_entropy is None:
+            raise ValueError("rl.rollout.old_values=rollout: the rollout recorded no old log-probs or entropy")
+        old_logp = batch.engine_logp.to(self.device, torch.float32)
+        entropy = batch.engine_entropy.to(self.device, torch.float32)
+        cache = self._new_cache(batch, mbs)
+        if cache is not None:
+            cache.assign(torch.arange(batch.input_ids.shape[0]), self._engine_routing(batch, with_logp=True))
+        return old_logp, entropy, cache
 
     @torch.no_grad()
     def _old_pass(self, batch: RolloutBatch, order: list[torch.Tensor], mbs: list[torch.Tensor], tokens: torch.Tensor):

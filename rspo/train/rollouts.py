@@ -102,6 +102,7 @@ class Rollouts:
         self.record_routing = (
             cfg.algorithm.routing == "rollout_replay" or capabilities(cfg.rollout.backend).routing_for_free
         )
+        self.record_old = cfg.rollout.old_values == "rollout"  # the old values from the rollout's own forwards
         self.train_records = records.train
         self.val_records = records.val
         self._perm: tuple[int, list[int]] = (-1, [])
@@ -178,7 +179,14 @@ class Rollouts:
         prompts = [self.task.prompt(r) for r in records]
         with self._precision():  # this rank's rows; a tensor-parallel group's prompts go to its engine together
             local = generate_share(
-                self.backend, prompts, G, self.dist, self.tp, sampling, record_routing=self.record_routing
+                self.backend,
+                prompts,
+                G,
+                self.dist,
+                self.tp,
+                sampling,
+                record_routing=self.record_routing or self.record_old,
+                record_old=self.record_old,
             )
         t_gen = time.perf_counter() - t0
         per_response = [r for r in records[lo:hi] for _ in range(G)]
