@@ -175,8 +175,10 @@ def bench_model(
     label: str,
     contenders: tuple[str, ...] = CONTENDERS,
     quiet: bool = False,
+    profile: bool = False,
 ) -> dict[str, Any]:
-    """One table: every contender on one model, alternating step by step."""
+    """One table: every contender on one model, alternating step by step; ``profile``: then one more
+    step of ours under the profiler (``profile_step``)."""
     import torch
 
     from rspo.grid import load_train_config
@@ -243,6 +245,11 @@ def bench_model(
         for _ in range(steps + 1):
             other_steps()
     progress.close()
+    prof = None
+    if profile:  # ours, and ours with the old values from the rollout
+        prof = {"rspo": profile_step(ours)}
+        if rollout_old is not None:
+            prof[ROLLOUT_OLD] = profile_step(rollout_old)
     med = {k: {c: statistics.median(r[c] for r in v[1:]) for c in v[0]} for k, v in rows.items()}
     out = {
         "label": label,
@@ -250,6 +257,8 @@ def bench_model(
         "steps_measured": len(rows["rspo"]) - 1,
         "median": med,
     }
+    if prof is not None:
+        out["profile"] = prof
     out["spread"], out["ratio_of_medians"], out["ratio_definition"] = {}, {}, RATIO_DEFINITION
     for key, ours_name, other, column in RATIOS:
         if ours_name in med and other in med:
@@ -322,6 +331,56 @@ def _run_with_trl(
     trainer.train()
 
 
+PROFILE_LABELS = (
+    "rollout.model",
+    "rollout.sample",
+    "rollout.routing",
+    "forward.model",
+    "forward.logprobs",
+    "update.loss",
+    "update.backward",
+    "update.optimizer",
+)
+"""The ``torch.profiler.record_function`` labels in the step's code: the rollout's decoding forwards,
+its sampling and its routing record (rspo.rollout.hf); the policy forwards of the old pass and the
+updates and their log-probs (rspo.train.forward); the updates' loss with its diagnostics, backward,
+and clip + optimizer step (rspo.train.update)."""
+
+
+def profile_step(trainer, top: int = 20) -> dict[str, Any]:
+    """One more step of ``trainer`` under the CPU profiler: where its time goes. -> the step's phases
+    (``perf/*_s``), each label's total time (a label inside another counts in both: forward.model
+    inside the old pass and the updates), and the ``top`` operators by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        m = trainer.train_step()
+    events = prof.key_averages()
+    total = {e.key: e.cpu_time_total / 1e6 for e in events}
+    ops = sorted((e for e in events if e.key not in PROFILE_LABELS), key=lambda e: -e.self_cpu_time_total)
+    return {
+        "phases_s": {
+            k.removeprefix("perf/"): m[k]
+            for k in m
+            if k.startswith("perf/") and k.endswith("_s") and not k.endswith("_per_s")
+        },
+        "labels_s": {k: total.get(k, 0.0) for k in PROFILE_LABELS},
+        "top_ops_self_s": {e.key: e.self_cpu_time_total / 1e6 for e in ops[:top]},
+    }
+
+
+def format_profile(prof: dict[str, Any]) -> list[str]:
+    step = prof["phases_s"].get("step_s", 0.0) or 1.0
+    lines = [
+        "profile of one step (one more, under torch.profiler; its overhead inflates it): seconds, share of the step"
+    ]
+    lines += [f"  {k:<24}{v:>9.3f}{v / step:>8.1%}" for k, v in prof["phases_s"].items()]
+    lines += [f"  {k:<24}{v:>9.3f}{v / step:>8.1%}" for k, v in prof["labels_s"].items()]
+    lines.append("  top operators by self time:")
+    lines += [f"  {k[:40]:<42}{v:>9.3f}{v / step:>8.1%}" for k, v in prof["top_ops_self_s"].items()]
+    return lines
+
+
 def format_table(res: dict[str, Any]) -> list[str]:
     lines = [
         f"{res['label']}: {res['layers']} layers, median of {res['steps_measured']} steps after 1 warm-up",
@@ -350,6 +409,8 @@ def format_table(res: dict[str, Any]) -> list[str]:
         if k in res:
             spread = res.get("spread", {}).get(k)
             lines.append(f"{text} {res[k]:.3f}" + (f" ({spread_text(spread)})" if spread else ""))
+    for name, prof in res.get("profile", {}).items():
+        lines += [f"{name}:", *format_profile(prof)]
     return lines
 
 
@@ -364,6 +425,7 @@ def run_speed(
     out: str | None = None,
     contenders: tuple[str, ...] = CONTENDERS,
     quiet: bool = False,
+    profile: bool = False,
 ) -> dict[str, Any]:
     if "rspo" not in contenders or not set(contenders) <= set(CONTENDERS):
         raise ValueError(f"contenders must include rspo and come from {CONTENDERS}, got {contenders}")
@@ -390,6 +452,7 @@ def run_speed(
                 label=f"{name} base ({source})",
                 contenders=contenders,
                 quiet=quiet,
+                profile=profile,
             )
         )
         print("\n".join(format_table(results[-1])), flush=True)
@@ -406,6 +469,7 @@ def run_speed(
                     label=f"{deep_layers}-layer random-init",
                     contenders=contenders,
                     quiet=quiet,
+                    profile=profile,
                 )
             )
             print("\n" + "\n".join(format_table(results[-1])), flush=True)

@@ -78,6 +78,7 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
                 "3",
                 "--contenders",
                 "rspo,rspo old=rollout,raw train,generate",
+                "--profile",
                 "--quiet",
                 "--out",
                 str(out),
@@ -113,6 +114,20 @@ def test_speed_without_trl_prints_tables_and_ratios(capsys, tmp_path):
     assert any("update tokens/s vs raw training" in line and "over 1" in line for line in lines)
     assert any(line.startswith("raw train") for line in lines) and json.loads(out.read_text()) == result
     assert any(line.startswith("old=rollout on the on-policy mini-batch: |ppo_kl|") for line in lines)
+    # --profile: one more step of each of ours, its labelled parts and operators, in the step's seconds
+    for m in result["models"]:
+        for name in ("rspo", "rspo old=rollout"):
+            prof = m["profile"][name]
+            step = prof["phases_s"]["step_s"]
+            labels = prof["labels_s"]
+            assert 0 < labels["rollout.model"] < prof["phases_s"]["rollout_s"] <= step
+            assert 0 < labels["update.backward"] < prof["phases_s"]["update_s"]
+            assert prof["top_ops_self_s"] and all(v >= 0 for v in prof["top_ops_self_s"].values())
+        # the old pass's forwards are gone with the old values from the rollout
+        assert (
+            m["profile"]["rspo old=rollout"]["phases_s"]["old_pass_s"] < m["profile"]["rspo"]["phases_s"]["old_pass_s"]
+        )
+    assert any(line.strip().startswith("update.backward") for line in lines)
 
 
 def test_speed_against_trl(capsys):

@@ -22,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(speed.CONTENDERS),
         help=f"comma-separated subset of {','.join(speed.CONTENDERS)} (rspo always; default all)",
     )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the rounds, one more step of ours under torch.profiler: where its time goes (speed.profile_step)",
+    )
     args = ap.parse_args(argv)
     speed.run_speed(
         args.preset,
@@ -33,5 +38,6 @@ def main(argv: list[str] | None = None) -> int:
         out=args.out,
         contenders=tuple(c.strip() for c in args.contenders.split(",")),
         quiet=args.quiet,
+        profile=args.profile,
     )
     return 0

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.profiler import record_function
 
 from rspo.models import position_ids_from_mask
 from rspo.rollout.base import RolloutBatch, Sampling, no_routing, response_mask_from_ids, stop_token_ids
@@ -134,38 +135,41 @@ class HFBackend:
         steps = 0
         try:
             for t in range(max_new_tokens):
-                fwd = self.model(
-                    input_ids=step_ids,
-                    attention_mask=attn,
-                    position_ids=step_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
+                with record_function("rollout.model"):
+                    fwd = self.model(
+                        input_ids=step_ids,
+                        attention_mask=attn,
+                        position_ids=step_pos,
+                        past_key_values=cache,
+                        use_cache=True,
+                        logits_to_keep=1,
+                    )
                 cache = fwd.past_key_values
                 logits = fwd.logits[:, -1].float()  # (b, V)
                 if routing is not None:
-                    routing.record(t, active)
+                    with record_function("rollout.routing"):
+                        routing.record(t, active)
                 if t == 0:  # one prefill per prompt, then n rows per prompt share its cache
                     cache.batch_repeat_interleave(n)
                     logits = logits.repeat_interleave(n, dim=0)
                     attn = attn.repeat_interleave(n, dim=0)
                     step_pos = step_pos.repeat_interleave(n, dim=0)
-                full = torch.log_softmax(logits / temperature if sample else logits, dim=-1)  # (b, V)
-                if sample:
-                    logits = logits / temperature
-                    if top_k > 0:
-                        logits = _top_k(logits, top_k)
-                    if top_p < 1.0:
-                        logits = _nucleus(logits, top_p)
-                    u = uniform_noise(seeds[active], t, logits.shape[-1])  # (b, V)
-                    nxt = (logits - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max
-                else:
-                    nxt = logits.argmax(dim=-1)
-                out[active, t] = nxt
-                out_logp[active, t] = full.gather(1, nxt[:, None]).squeeze(1)
-                if out_ent is not None:  # as the old pass computes it (rspo.models.response_logprobs)
-                    out_ent[active, t] = -(full.exp() * full).sum(-1)
+                with record_function("rollout.sample"):
+                    full = torch.log_softmax(logits / temperature if sample else logits, dim=-1)  # (b, V)
+                    if sample:
+                        logits = logits / temperature
+                        if top_k > 0:
+                            logits = _top_k(logits, top_k)
+                        if top_p < 1.0:
+                            logits = _nucleus(logits, top_p)
+                        u = uniform_noise(seeds[active], t, logits.shape[-1])  # (b, V)
+                        nxt = (logits - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max
+                    else:
+                        nxt = logits.argmax(dim=-1)
+                    out[active, t] = nxt
+                    out_logp[active, t] = full.gather(1, nxt[:, None]).squeeze(1)
+                    if out_ent is not None:  # as the old pass computes it (rspo.models.response_logprobs)
+                        out_ent[active, t] = -(full.exp() * full).sum(-1)
                 steps = t + 1
                 finished = finished | torch.isin(nxt, stop)  # (b,)
                 if self.all_done(bool(finished.all())):

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 
 from rspo.models import position_ids_from_mask, response_logprobs
 from rspo.router import OldRouterCache, RoutingMode, capture_router_logits, routing_control
@@ -174,13 +175,14 @@ def _rows_forward(
     # recomputation must route the same way and run the capture's own ops again (rspo.router)
     with routing_control(model, routing, w.cache):
         with capture_router_logits(model, raw=True) if capture else contextlib.nullcontext() as cap:
-            with autocast():
+            with autocast(), record_function("forward.model"):
                 out = model(
                     input_ids=w.ids, attention_mask=w.attn, position_ids=position_ids_from_mask(w.attn), use_cache=False
                 )
             if capture:
                 cap.stop()  # the recomputation is not recorded
-            logp, ent = scores(out.logits, w.ids, w.P - w.lo)
+            with record_function("forward.logprobs"):
+                logp, ent = scores(out.logits, w.ids, w.P - w.lo)
             outputs = PolicyOutputs(logp, ent, cap.logits if capture else None, cap.indices if capture else None)
             yield outputs, (w.lo, w.hi)
 
@@ -201,7 +203,11 @@ def _shared_prompt_forward(
     with contextlib.ExitStack() as stack:
         cap = stack.enter_context(capture_router_logits(model, raw=True)) if capture else None
         kv = DynamicCache(config=model.config)
-        with routing_control(model, routing, w.cache[first, :p] if w.cache is not None else None), autocast():
+        with (
+            routing_control(model, routing, w.cache[first, :p] if w.cache is not None else None),
+            autocast(),
+            record_function("forward.model"),
+        ):
             out_p = model(
                 input_ids=p_ids,
                 attention_mask=p_attn,
@@ -213,13 +219,18 @@ def _shared_prompt_forward(
         kv = out_p.past_key_values
         kv.batch_select_indices(inverse)  # (u, ...) -> (b, ...): a differentiable gather
         pos = position_ids_from_mask(attn)[:, p:]
-        with routing_control(model, routing, w.cache[:, p:] if w.cache is not None else None), autocast():
+        with (
+            routing_control(model, routing, w.cache[:, p:] if w.cache is not None else None),
+            autocast(),
+            record_function("forward.model"),
+        ):
             out_r = model(
                 input_ids=ids[:, p:], attention_mask=attn, position_ids=pos, past_key_values=kv, use_cache=True
             )
     # the prompt's last position predicts the first response token, response positions the others
     logits = torch.cat([out_p.logits[inverse], out_r.logits], dim=1)  # (b, 1 + r, V) (or hidden states)
-    logp, ent = scores(logits, ids[:, p - 1 :], 1)  # (b, r)
+    with record_function("forward.logprobs"):
+        logp, ent = scores(logits, ids[:, p - 1 :], 1)  # (b, r)
     router_logits = router_indices = None
     if capture:
 

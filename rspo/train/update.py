@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+from torch.profiler import record_function
 
 from rspo.config import AlgorithmConfig
 from rspo.losses import (
@@ -161,7 +162,8 @@ def update_mini_batch(
                             p.record_cache(st.cache, rows, out, lo, hi, st.batch.input_ids.shape[1])
                     err = None
                     try:
-                        loss, m = micro_batch_loss(a, p.spec.top_k, st, rows, out, lo, hi)
+                        with record_function("update.loss"):
+                            loss, m = micro_batch_loss(a, p.spec.top_k, st, rows, out, lo, hi)
                     except NonFiniteLogProbError as e:
                         err, loss, m = str(e), None, {}
                     _agree(dist, err, "non-finite log-probs on another rank")
@@ -171,7 +173,8 @@ def update_mini_batch(
                     scaled = loss * (n_valid * dist.world_size / n_valid_mb)
                     bad = None if bool(torch.isfinite(scaled)) else f"loss is {scaled.item()}"
                     _agree(dist, bad, "non-finite loss on another rank")
-                    scaled.backward()
+                    with record_function("update.backward"):
+                        scaled.backward()
                 if not empty:
                     w = (int(mask[rows].bool().any(dim=1).sum()), int(mask[rows].sum()))
                     for k, v in m.items():
@@ -181,13 +184,15 @@ def update_mini_batch(
                 # stayed on the device through the clip and the optimizer step, 1 B per layer
                 # parameter of the shard (found by the simulation: rspo.gpu_memory.simulate)
                 del out, loss, scaled
-        grad_norm = p.clip_gradients()
+        with record_function("update.optimizer"):
+            grad_norm = p.clip_gradients()
         if not torch.isfinite(grad_norm):  # one global norm: every rank takes this branch alike
             raise NonFiniteLogProbError(f"gradient norm is {grad_norm.item()}")
     except NonFiniteLogProbError as e:
         p.skip_update(step, e)
         return None
-    p.apply_update()
+    with record_function("update.optimizer"):
+        p.apply_update()
     if dist.enabled:  # the micro-batch values of every rank, in rank order
         merged: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
         for part in dist.all_gather_object(dict(metrics)):
