@@ -17,7 +17,12 @@ the Hugging Face checkpoint.
 The memory simulation and the preflight build a Policy themselves (a given process
 group view, random weights, another way to measure memory) and hand it to the trainer.
 
-No deviation from the paper here; the choices are rspo.train.trainer's (module docstring).
+Deviation, opt-in (``rollout.old_values=rollout``, default ``recompute`` as in the paper, verl and
+TRL): the old log-probs, entropy and router cache are the ones the hf backend recorded while it
+sampled (the same model in the same precision), not a second no-grad forward. Equal to the old
+pass's up to float rounding from the decoding's KV-cache shapes (docs/performance.md measures it);
+the first mini-batch's ratio and router-shift ratio are then ~1 rather than exactly 1. The other
+choices are rspo.train.trainer's (module docstring).
 """
 
 from __future__ import annotations
