@@ -146,6 +146,36 @@ def test_smoke_dag_end_to_end_with_the_library(smoke_dags):
 
 
 @pytest.mark.slow
+def test_make_piece_packs_the_seeds_of_a_study_that_ran(smoke_dags):
+    """The README's command for one piece of a study, `make piece SEEDS=0`, for real in the DAG's
+    workspace (this venv as the Makefile's, nothing installed): Snakemake finds the piece's runs done,
+    the piece is packed with its seeds and its tables, and it verifies against the preset."""
+    import subprocess
+    import sys
+
+    ws, r = smoke_dags[0]
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    for name in ("Makefile", "pyproject.toml", "scripts"):
+        if not (ws / name).exists():
+            (ws / name).symlink_to(ROOT / name)
+    venv = Path(sys.executable).parent.parent
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    stamp = venv / ".installed"  # the venv and the sandbox are this machine's: not remade
+    cmd = ["make", "-o", str(stamp), "-o", "sandbox", "piece", "PRESET=smoke", "SEEDS=0", "CORES=2", f"VENV={venv}"]
+    out = subprocess.run(cmd, cwd=ws, env=env, text=True, capture_output=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    piece = ws / "docs" / "results" / "smoke-pieces" / "seeds-0"
+    manifest = json_load(piece / "archive.json")
+    assert manifest["seeds"] == [0] and (piece / "runs.tar.xz").is_file()
+    tables = sorted(p.name for p in (piece / "tables").iterdir())
+    assert tables == sorted(p.name for p in (ws / "results" / "smoke" / "tables").iterdir()) and tables
+    check = [sys.executable, "-m", "rspo", "archive", "verify", str(piece)]  # what a merge checks of each piece
+    out = subprocess.run(check, cwd=ws, env=env, text=True, capture_output=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+
+
+@pytest.mark.slow
 def test_the_train_rule_launches_two_gloo_processes_that_equal_one(smoke_dags, tmp_path):
     """The workflow's own train rule with resources.train.processes 2 (what every paper preset does
     with 8): Snakemake runs the launch line users run, under torchrun on gloo, the run finishes and
