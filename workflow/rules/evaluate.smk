@@ -86,7 +86,7 @@ rule bench:
         threads=res("bench", "threads"),
     shell:
         "python -m rspo bench --preset {params.preset} --model {params.model} --data {params.data} "
-        "--threads {params.threads} --profile --out {output} > {log} 2>&1"
+        "--threads {params.threads} --out {output} > {log} 2>&1"
 
 
 # Speed of the RL step side by side with TRL's GRPOTrainer, a plain training loop and `generate`
