@@ -109,7 +109,8 @@ PIECE := $(PIECES)/seeds-$(subst $(comma),-,$(SEEDS))
 piece: venv sandbox
 	@test -n "$(SEEDS)" || { echo "make piece: say which seeds, e.g. make piece SEEDS=0,1"; exit 2; }
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) seeds=[$(SEEDS)]
-	$(BIN)/python -m rspo archive pack --preset $(PRESET) --seeds $(subst $(comma), ,$(SEEDS)) --out $(PIECE)
+	$(BIN)/python -m rspo archive pack --preset $(PRESET) --seeds $(subst $(comma), ,$(SEEDS)) \
+		--results results/$(PRESET) --out $(PIECE)
 	mkdir -p $(PIECE)/tables && cp results/$(PRESET)/tables/* $(PIECE)/tables/
 
 # the whole grid of a preset that names default_families (reuses what `make main` trained)

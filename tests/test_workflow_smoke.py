@@ -170,7 +170,7 @@ def test_make_piece_packs_the_seeds_of_a_study_that_ran(smoke_dags):
     assert manifest["seeds"] == [0] and (piece / "runs.tar.xz").is_file()
     tables = sorted(p.name for p in (piece / "tables").iterdir())
     assert tables == sorted(p.name for p in (ws / "results" / "smoke" / "tables").iterdir()) and tables
-    check = [sys.executable, "-m", "rspo", "archive", "verify", str(piece)]  # what a merge checks of each piece
+    check = [sys.executable, "-m", "rspo", "archive", "verify", "--preset", "smoke", str(piece)]  # as merge does
     out = subprocess.run(check, cwd=ws, env=env, text=True, capture_output=True, timeout=300)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
 
