@@ -142,14 +142,14 @@ def generate_share(
     keeps its own rows (see the module docstring). Row seeds are the global rows'."""
     lo, hi = dist.shard_bounds(len(prompts))
     per = hi - lo
+    # record_old only when asked: a backend written before it (a stand-in, a user's own) keeps working
+    extra = {"record_old": True} if record_old else {}
     if tp == 1:
-        return backend.generate(
-            prompts[lo:hi], n, sampling, row_offset=lo * n, record_routing=record_routing, record_old=record_old
-        )
+        return backend.generate(prompts[lo:hi], n, sampling, row_offset=lo * n, record_routing=record_routing, **extra)
     g0 = (dist.rank // tp) * tp * per
     group = prompts[g0 : g0 + tp * per]
     batch: RolloutBatch = backend.generate(
-        group, n, sampling, row_offset=g0 * n, record_routing=record_routing, record_old=record_old
+        group, n, sampling, row_offset=g0 * n, record_routing=record_routing, **extra
     )
     k = dist.rank % tp
     return batch.select(torch.arange(k * per * n, (k + 1) * per * n))
