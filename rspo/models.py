@@ -206,10 +206,14 @@ def response_logprobs(
     targets = input_ids[:, prompt_width:]  # (B, R)
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, R)
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, R)
-    return logp, entropy
+    return logp, (entropy_of(logp_all) if with_entropy else None)
+
+
+def entropy_of(logp_all: torch.Tensor) -> torch.Tensor:
+    """-sum p log p over the last dimension from log-probabilities: the entropy the old pass records
+    (``response_logprobs``) and the hf rollout records in its place (rollout.old_values=rollout).
+    (..., V) -> (...)"""
+    return -(logp_all.exp() * logp_all).sum(-1)
 
 
 def load_balancing_loss(

@@ -42,7 +42,7 @@ from collections.abc import Callable
 import torch
 from torch.profiler import record_function
 
-from rspo.models import position_ids_from_mask
+from rspo.models import entropy_of, position_ids_from_mask
 from rspo.rollout.base import RolloutBatch, Sampling, no_routing, response_mask_from_ids, stop_token_ids
 from rspo.seeding import row_seed, uniform_noise
 
@@ -168,8 +168,8 @@ class HFBackend:
                         nxt = logits.argmax(dim=-1)
                     out[active, t] = nxt
                     out_logp[active, t] = full.gather(1, nxt[:, None]).squeeze(1)
-                    if out_ent is not None:  # as the old pass computes it (rspo.models.response_logprobs)
-                        out_ent[active, t] = -(full.exp() * full).sum(-1)
+                    if out_ent is not None:  # as the old pass computes it
+                        out_ent[active, t] = entropy_of(full)
                 steps = t + 1
                 finished = finished | torch.isin(nxt, stop)  # (b,)
                 if self.all_done(bool(finished.all())):
@@ -224,9 +224,10 @@ class _Routing:
     response token fed back, at position P + t - 1, for the rows still decoding."""
 
     def __init__(self, model, rows: int, prompt_width: int, max_new_tokens: int, n: int, with_logp: bool) -> None:
-        from rspo.router import capture_router_logits, router_spec
+        from rspo.router import OldRouterCache, capture_router_logits, router_spec
 
         spec = router_spec(model)
+        self._cache_of = OldRouterCache.from_logits
         self.P, self.n, self.top_k = prompt_width, n, spec.top_k
         self.routed = no_routing(spec.num_moe_layers, rows, prompt_width + max_new_tokens, spec.top_k)
         # the old-router cache's log-probs of those experts (rspo.router_shift.OldRouterCache)
@@ -238,10 +239,8 @@ class _Routing:
         indices = self.cap.indices
         logp = None
         if self.logp is not None:  # the cache's own rounding of log softmax over all experts, per layer
-            from rspo.router_shift import OldRouterCache
-
             n = indices[0].shape[0]
-            part = OldRouterCache.from_logits(self.cap.logits, self.top_k, (n, 1), indices_list=indices)
+            part = self._cache_of(self.cap.logits, self.top_k, (n, 1), indices_list=indices)
             logp = part.logp[:, :, 0].cpu()  # (L, n, K)
         for layer, idx in enumerate(indices):
             idx = idx.to("cpu", self.routed.dtype)

@@ -141,25 +141,26 @@ class Policy:
             or self.routing in (RoutingMode.LOGIT_REPLAY, RoutingMode.INDEX_REPLAY, RoutingMode.ROLLOUT_REPLAY)
             or cfg.tracking.router_diagnostics
         )
+        # rollout.old_values=rollout: the hf backend recorded the old values while it sampled (one
+        # process: its rows are this process's rows); no old pass
+        self.old_from_rollout = cfg.rollout.old_values == "rollout"
+        if self.old_from_rollout and dist.enabled:
+            raise ValueError(
+                "rl.rollout.old_values=rollout: one process only (under torchrun each rank would need "
+                "the rollout's values of the rows gathered from the others)"
+            )
         # The first mini-batch of a step is on-policy: its update forward IS the old forward, so it
         # records the old values itself instead of a separate no-grad pass. Only where that forward
         # equals the old pass exactly: one process (the old pass's cross-rank reduction is not
         # repeated for those rows), routing none/freeze (replay modes need the cache before the
-        # forward), and a model without stochastic layers (train mode == eval mode).
+        # forward), and a model without stochastic layers (train mode == eval mode); not with the old
+        # values from the rollout (every mini-batch reads that one source).
         self.onpolicy_shortcut = (
-            not dist.enabled and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE) and not _stochastic(self.model)
+            not dist.enabled
+            and not self.old_from_rollout
+            and self.routing in (RoutingMode.NONE, RoutingMode.FREEZE)
+            and not _stochastic(self.model)
         )
-        # rollout.old_values=rollout: the hf backend recorded the old values while it sampled (one
-        # process: its rows are this process's rows); no old pass, and no shortcut either, so every
-        # mini-batch reads the same source
-        self.old_from_rollout = cfg.rollout.old_values == "rollout"
-        if self.old_from_rollout:
-            if dist.enabled:
-                raise ValueError(
-                    "rl.rollout.old_values=rollout: one process only (under torchrun each rank would need "
-                    "the rollout's values of the rows gathered from the others)"
-                )
-            self.onpolicy_shortcut = False
         self.model.eval()
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=dist.enabled)
         self.memory.start(self.model, self.optimizer)

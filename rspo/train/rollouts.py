@@ -97,12 +97,15 @@ class Rollouts:
         self.backend, self.precision = backend, precision
         self.reward_workers = reward_workers
         self.tp = cfg.rollout.tensor_parallel_size
-        # rollout routing replay needs the engine's experts; the hf backend reports them for the
-        # routing-agreement metric too (cheap: K bytes per token and MoE layer)
+        # the old values from the rollout's own forwards (rollout.old_values=rollout), its router cache
+        # with them; rollout routing replay needs the engine's experts; the hf backend reports them for
+        # the routing-agreement metric too (cheap: K bytes per token and MoE layer)
+        self.record_old = cfg.rollout.old_values == "rollout"
         self.record_routing = (
-            cfg.algorithm.routing == "rollout_replay" or capabilities(cfg.rollout.backend).routing_for_free
+            self.record_old
+            or cfg.algorithm.routing == "rollout_replay"
+            or capabilities(cfg.rollout.backend).routing_for_free
         )
-        self.record_old = cfg.rollout.old_values == "rollout"  # the old values from the rollout's own forwards
         self.train_records = records.train
         self.val_records = records.val
         self._perm: tuple[int, list[int]] = (-1, [])
@@ -185,7 +188,7 @@ class Rollouts:
                 self.dist,
                 self.tp,
                 sampling,
-                record_routing=self.record_routing or self.record_old,
+                record_routing=self.record_routing,
                 record_old=self.record_old,
             )
         t_gen = time.perf_counter() - t0
