@@ -407,14 +407,20 @@ def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dic
 
 # ---------------------------------------------------------------------------- pieces
 
+REMEASURED = ("bench.json", "eval/base/")
+"""Members every piece of a study measures again (timings, the base model's evaluation and its wall
+time), so two pieces' versions differ even on one machine: a merge keeps the first piece's."""
+
 
 def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
     """One archive in ``out`` from archives of pieces of one study (``pack`` with a seed selection),
     each checked whole first: refused when the pieces come from other presets or other versions of
     one (name, digest, grid selection), from other base models (``bases``: the weights' sha256), when
-    a run is in two pieces, or when two pieces hold different bytes under one path (the base model's
-    evaluation, bench.json). The merged manifest lists each piece (seeds, commit, when packed); the
-    preset copy of the first piece is kept."""
+    a run is in two pieces, or when two pieces hold different bytes under one path, except the files
+    every piece measures anew (``REMEASURED``: the benchmark's timings, the base model's evaluation with
+    its wall time): of those the first piece's is kept and the others' sha256 are listed under
+    ``shared`` (the pieces' own archives keep them). The merged manifest lists each piece (seeds,
+    commit, when packed); the preset copy of the first piece is kept."""
     import shutil
     import tempfile
 
@@ -443,12 +449,20 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
                 raise ArchiveError(f"run {run} is in two pieces: {owner[run]} and {path}")
             owner[run] = path
     entries: dict[str, dict[str, Any]] = {}
+    source: dict[str, Path] = {}  # member -> the piece whose bytes the merged archive keeps
+    shared: dict[str, dict[str, Any]] = {}  # measured anew by several pieces: the versions not kept
     for path, m in manifests:
         for e in m["members"]:
             seen = entries.get(e["path"])
-            if seen is not None and seen["sha256"] != e["sha256"]:
-                raise ArchiveError(f"the pieces hold different versions of {e['path']} ({path} and another piece)")
-            entries[e["path"]] = e
+            if seen is None:
+                entries[e["path"]], source[e["path"]] = e, path
+            elif seen["sha256"] != e["sha256"]:
+                if not e["path"].startswith(REMEASURED):
+                    raise ArchiveError(
+                        f"the pieces hold different versions of {e['path']} ({path} and {source[e['path']]})"
+                    )
+                record = shared.setdefault(e["path"], {"kept": str(source[e["path"]]), "others": []})
+                record["others"].append({"piece": str(path), "sha256": e["sha256"]})
     datasets: dict[str, Any] = {}
     for path, m in manifests:
         for rel, ds in (m.get("datasets") or {}).items():
@@ -467,7 +481,9 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
 
         try:
             for path, m in manifests:  # every member checked against its piece's manifest
-                _stream_members(path, m, sink)
+                _stream_members(
+                    path, m, lambda rel, chunk, path=path: sink(rel, chunk) if source[rel] == path else None
+                )
                 for f in handles.values():
                     f.close()
                 handles.clear()
@@ -494,6 +510,7 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
         "members": merged,
         "datasets": datasets,
         "bases": {k: v for _, m in manifests for k, v in (m.get("bases") or {}).items()},
+        **({"shared": shared} if shared else {}),
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -500,11 +500,21 @@ def _pieces(tmp_path):
     (results / "models" / "base" / "model.safetensors").write_bytes(b"the base's weights")
     out = []
     for i, seeds in enumerate(([0, 1], [2])):
+        if i == 1:  # a second piece measures the benchmark and the base model's evaluation again
+            remeasure(results / "bench.json", "rs_throughput_ratio_per_step")
+            remeasure(results / "eval" / "base" / "countdown.json", "wall_time_s")
         piece = Plan.from_file(preset_file, seeds, families=manifest["families"])
         trials = results / "trials.jsonl" if i == 0 else None  # the regime trials travel with one piece
         pack_archive(piece, results, tmp_path / f"piece{i}", trials, preset_file=preset_file)
         out.append(tmp_path / f"piece{i}")
     return shipped, manifest, plan, out
+
+
+def remeasure(path, key):
+    """The file as another measurement writes it: ``key``'s value changed."""
+    data = json.loads(path.read_text())
+    data[key] = [x * 1.01 for x in data[key]] if isinstance(data[key], list) else data[key] + 1.5
+    path.write_text(json.dumps(data))
 
 
 def test_a_study_packed_in_pieces_by_seed_merges_into_the_archive_of_the_whole(tmp_path):
@@ -518,7 +528,14 @@ def test_a_study_packed_in_pieces_by_seed_merges_into_the_archive_of_the_whole(t
     assert merged["seeds"] == [0, 1, 2] and merged["runs"] == sorted(manifest["runs"])
     assert [p["seeds"] for p in merged["pieces"]] == [[0, 1], [2]]
     shipped_members = {e["path"]: e["sha256"] for e in manifest["members"]}
-    assert {e["path"]: e["sha256"] for e in merged["members"]} == shipped_members  # the same files, byte for byte
+    # the same files, byte for byte: of the benchmark and the base's evaluation, which the second piece
+    # measured again, the first piece's are kept and the second's are listed
+    assert {e["path"]: e["sha256"] for e in merged["members"]} == shipped_members
+    assert sorted(merged["shared"]) == ["bench.json", "eval/base/countdown.json"]
+    again = {e["path"]: e["sha256"] for e in mb["members"]}
+    for rel, record in merged["shared"].items():
+        assert record == {"kept": str(a), "others": [{"piece": str(b), "sha256": again[rel]}]}
+        assert again[rel] != shipped_members[rel]
     verify(tmp_path / "merged", plan.preset)  # a whole archive of the preset: bundle and members check
     unpack(tmp_path / "merged", plan.preset, tmp_path / "again")
     assert (tmp_path / "merged" / "small.yaml").read_bytes() == (shipped / "small.yaml").read_bytes()
@@ -547,12 +564,21 @@ def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp
     rebased = altered(b, "other_base", lambda m: m["bases"].update(base="f" * 64))
     with pytest.raises(ArchiveError, match="started from different base models"):
         merge([a, rebased], tmp_path / "y")
-    bench = next(e for e in json.loads((b / "archive.json").read_text())["members"] if e["path"] == "bench.json")
-    clash = altered(
-        b, "other_bench", lambda m: next(e for e in m["members"] if e["path"] == "bench.json").update(sha256="1" * 64)
-    )
-    with pytest.raises(ArchiveError, match="different versions of bench.json"):
-        merge([a, clash], tmp_path / "z")
-    assert bench["sha256"] != "1" * 64
+    # any other file two pieces hold in two versions (here the base model's pretraining record) is refused
+    from rspo.archive import pack as pack_archive
+    from rspo.archive import unpack as unpack_archive
+    from rspo.plan import Plan
+
+    shipped = ROOT / "docs" / "results" / "small"
+    families = json.loads((shipped / "archive.json").read_text())["families"]
+    results = tmp_path / "results-c"
+    unpack_archive(b, Plan.from_file(shipped / "small.yaml", [2], families=families).preset, results)
+    record = results / "models" / "base" / "pretrain.json"
+    record.write_text(record.read_text().replace('"task"', '"task" ', 1))
+    (results / "models" / "base" / "model.safetensors").write_bytes(b"the base's weights")
+    piece = Plan.from_file(shipped / "small.yaml", [2], families=families)
+    pack_archive(piece, results, tmp_path / "piece-c", preset_file=shipped / "small.yaml")
+    with pytest.raises(ArchiveError, match=r"different versions of models/base/pretrain.json"):
+        merge([a, tmp_path / "piece-c"], tmp_path / "z")
     with pytest.raises(ArchiveError, match="two pieces or more"):
         merge([a], tmp_path / "one")
