@@ -26,7 +26,7 @@ from rspo import config as rcfg
 from rspo.config import TrainConfig, build_checked
 from rspo.method import DEFAULT_GAMMA_MIN, ConfigError
 from rspo.preset import Preset
-from rspo.study_config import GridConfig, build_regime
+from rspo.study_config import REGIMES, GridConfig, build_regime
 
 
 def _err(key: str, msg: str) -> ConfigError:
@@ -114,16 +114,6 @@ BEYOND_PAPER_ROWS = {
     "rollout_replay": ("rollout_replay", False, "none"),
     "tis": ("none", False, "token_truncate"),
     "rs+tis": ("none", True, "token_truncate"),
-}
-
-
-# Regimes beyond the natural one (none is in the paper). Each is a preset section of one shape
-# (``regime_families``): the Countdown families it names, trained again with its `rl` overlay (and
-# its `grid` overlay of those families' settings); runs named ``<regime>-<run>``, families
-# ``<regime>_<family>``, figures ``<figure>_<regime>``, labels ending in `` [<regime>]``.
-REGIMES: dict[str, str] = {
-    "stress": "router drift as the controlled variable",
-    "mismatch": "train-inference mismatch as the controlled variable: the engine in another precision",
 }
 
 

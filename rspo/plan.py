@@ -178,11 +178,12 @@ def _method_label(run: Run, default_gamma: float) -> str:
 # rest (``preset_digest``), so Snakemake reruns what an edit can change and nothing else; a run
 # archive records the report kind's digest (rspo.archive).
 _SELECTION = {"grid", "default_families", *REGIMES}  # which RL runs exist: read by train and report jobs only
+_JUDGING = {"primary_claims", "regime_trials"}  # how the claims table judges the runs: report jobs only
 NOT_READ: dict[str, set[str]] = {
-    "data": {"rl", "eval", "resources", "mlflow", "seeds", "threads", "base_model", *_SELECTION},
-    "pretrain": {"rl", "eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
-    "evaluate": {"resources", "mlflow", "seeds", "threads", *_SELECTION},
-    "bench": {"eval", "resources", "mlflow", "seeds", "threads", *_SELECTION},
+    "data": {"rl", "eval", "resources", "mlflow", "seeds", "threads", "base_model", *_SELECTION, *_JUDGING},
+    "pretrain": {"rl", "eval", "resources", "mlflow", "seeds", "threads", *_SELECTION, *_JUDGING},
+    "evaluate": {"resources", "mlflow", "seeds", "threads", *_SELECTION, *_JUDGING},
+    "bench": {"eval", "resources", "mlflow", "seeds", "threads", *_SELECTION, *_JUDGING},
     "report": {"resources", "mlflow", "threads", "base_model"},  # an archive records its base's digest itself
 }
 
@@ -205,12 +206,14 @@ class Plan:
         seeds: list[int] | None = None,
         full: bool = False,
         families: list[str] | None = None,
+        path: str | Path | None = None,
     ):
-        """``full``: the whole grid. Otherwise the preset's ``default_families``, or ``families``
+        """``path``: the preset's file (where its relative paths start: rspo.preset.Preset.root).
+        ``full``: the whole grid. Otherwise the preset's ``default_families``, or ``families``
         in their place: grid family names (``plugin``: in every regime) or a regime's family
         (``mismatch_routing``: only there)."""
         self.preset = preset
-        self.spec = Preset(preset)
+        self.spec = Preset(preset, path)
         self.name = self.spec.name if self.spec.has("preset") else ""
         self.seeds = self.spec.seeds if seeds is None else list(seeds)
         self.full = full
@@ -247,7 +250,7 @@ class Plan:
     def from_file(
         cls, path: str | Path, seeds: list[int] | None = None, full: bool = False, families: list[str] | None = None
     ) -> Plan:
-        return cls(rcfg.load_preset(path), seeds, full, families)
+        return cls(rcfg.load_preset(path), seeds, full, families, path)
 
     @property
     def cli_args(self) -> list[str]:

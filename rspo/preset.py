@@ -11,6 +11,7 @@
     preset.architecture("math")          # the architecture of a task's model pretrained here
     preset.resources("train")            # `resources.train`: the settings it gives (rspo.plan adds defaults)
     preset.base_pin                      # `base_model:` (path, sha256) of a committed base, or None
+    preset.regime_trials                 # `regime_trials:`, the regime search's record (a Path), or None
 
 The defaults of the training settings are the dataclasses' of ``rspo.config`` (a value a command
 needs from `rl:` is read from ``rl(...)``, never from the YAML with a default of its own), and the
@@ -115,9 +116,26 @@ class Preset:
 
     @property
     def root(self) -> Path:
-        """The folder a preset's relative paths start from: the one above the preset file's (the
-        repository root for configs/<name>.yaml); the working directory for a preset without a file."""
-        return self.path.resolve().parent.parent if self.path is not None else Path.cwd()
+        """The folder a preset's relative paths start from: the repository root, the nearest folder
+        above the preset file that holds a Snakefile and configs/ (for configs/<name>.yaml, and for an
+        archive's copy of it under docs/results/<name>/); else the one above the preset file's folder;
+        the working directory for a preset without a file."""
+        if self.path is None:
+            return Path.cwd()
+        here = self.path.resolve().parent
+        for folder in (here, *here.parents):
+            if (folder / "Snakefile").is_file() and (folder / "configs").is_dir():
+                return folder
+        return here.parent
+
+    @property
+    def regime_trials(self) -> Path | None:
+        """`regime_trials:`, the regime search's record (a relative path starts at ``root``); None: unset."""
+        value = self.data.get("regime_trials")
+        if value is None:
+            return None
+        path = Path(str(value))
+        return path if path.is_absolute() else self.root / path
 
     @property
     def pretrains(self) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "GridConfig",
     "JobResources",
     "PresetSpec",
+    "REGIMES",
     "Regime",
     "build_regime",
     "grid_family",
@@ -40,6 +41,17 @@ __all__ = [
 
 GRID_FAMILIES = ("plugin", "gamma_min", "stop_gradient", "routing", "main")
 REGIME_FAMILIES = ("plugin", "gamma_min", "stop_gradient", "routing")  # the Countdown families
+# Regimes beyond the natural one (none is in the paper). Each is a preset section of one shape
+# (rspo.grid.regime_families): the Countdown families it names, trained again with its `rl` overlay (and
+# its `grid` overlay of those families' settings); runs named ``<regime>-<run>``, families
+# ``<regime>_<family>``, figures ``<figure>_<regime>``, labels ending in `` [<regime>]``.
+REGIMES: dict[str, str] = {
+    "stress": "router drift as the controlled variable",
+    "mismatch": "train-inference mismatch as the controlled variable: the engine in another precision",
+}
+# What `default_families:` may name: a grid family (built in the natural regime and in each regime whose
+# `families` lists it) or one regime's family (`mismatch_routing`: only there)
+DEFAULT_FAMILIES = (*GRID_FAMILIES, *(f"{r}_{f}" for r in REGIMES for f in REGIME_FAMILIES))
 # Rows of the routing family: the paper's (Fig. 8 / App. D) and beyond it R3, TIS, RS+TIS and the
 # algorithm alone (none); rspo.grid.BEYOND_PAPER_ROWS says what each beyond-paper row trains.
 GRID_ROUTING_MODES = ("none", "freeze", "logit_replay", "index_replay", "rollout_replay", "tis", "rs+tis")
@@ -136,7 +148,7 @@ def grid_family(name: str, data: dict[str, Any] | None, prefix: str = "grid") ->
 
 @dataclass(frozen=True)
 class Regime(Section):
-    """A regime beyond the natural one (rspo.grid.REGIMES; not in the paper): the Countdown grid
+    """A regime beyond the natural one (REGIMES; not in the paper): the Countdown grid
     families listed in `families` trained again with the `rl` overlay."""
 
     rl: dict[str, Any] = setting(REQUIRED, ref="rl")
@@ -278,12 +290,17 @@ class PresetSpec(Section):
     base_model: BaseModelPin | None = None
     """The committed Countdown base (path and sha256) the study starts from instead of pretraining
     (`make base` rebuilds it from `pretrain:`); unset: pretrained by the workflow."""
+    regime_trials: str | None = setting(None, nonempty=True)
+    """The record of the search for a regime in which the paper's Sec. 3 and plug-in claims can be
+    tested (the trials.jsonl `rspo sweep` writes), relative to the repository root or absolute: where
+    none of its trials met a registered gate, the claims table reads the rows that gate guards as "not
+    testable at this scale" (rspo.report.regime_search); unset: no row is guarded."""
     grid: dict[str, Any] | None = setting(None, ref="grid")
     """Which runs the paper's figures and tables need (rspo.grid.expand_grid)."""
-    default_families: tuple[str, ...] | None = setting(None, choices=GRID_FAMILIES, noun="grid family")
+    default_families: tuple[str, ...] | None = setting(None, choices=DEFAULT_FAMILIES, noun="grid family")
     """Grid families the default target builds, in the natural regime and (those also listed in a regime's
-    families) in each regime; the rest of the grid is built with --config full=true (unset: the whole
-    grid)."""
+    families) in each regime, and regime families (`mismatch_routing`) built in that regime only; the rest
+    of the grid is built with --config full=true (unset: the whole grid)."""
     stress: dict[str, Any] | None = setting(None, ref="regime")
     """The stress regime (not in the paper): router drift as the controlled variable (e.g.
     optim.router_lr_mult); run names prefixed stress-, figures <figure>_stress."""

@@ -42,6 +42,7 @@ import yaml
 
 from rspo import base_pin
 from rspo.preset import Preset
+from rspo.regime_gates import WINDOW, gate_measures, plugin_outcomes
 from rspo.subcommand import rspo_argv
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
@@ -210,56 +211,6 @@ def run_one(
     }
 
 
-def gate_measures(train: list[dict[str, Any]], collapse_step: int | None) -> dict[str, float]:
-    """What the plug-in gate P(X) reads from one run (configs/sweeps/small.yaml, round 4):
-    ``learn_gain``, its best ``WINDOW``-step sliding mean training reward minus its first window's
-    (p1); ``pre_gamma``, the mean per-step router-shift ratio, and ``pre_under_gmin``, the mean
-    per-step share of tokens under gamma_min, over the steps before its collapse (all steps where it
-    does not collapse) (p4)."""
-    reward = [r["critic/score/mean"] for r in train]
-    windows = [statistics.mean(reward[i : i + WINDOW]) for i in range(max(1, len(reward) - WINDOW + 1))]
-    before = [r for r in train if collapse_step is None or r["step"] < collapse_step] or train[:1]
-    return {
-        "learn_gain": max(windows) - windows[0],
-        "pre_gamma": statistics.mean(r["router/shift_ratio_mean"] for r in before),
-        "pre_under_gmin": statistics.mean(r["router/shift_clipfrac"] for r in before),
-    }
-
-
-# The plug-in gate P(X) of round 4, as registered in configs/sweeps/small.yaml before its runs.
-GATE_LEARN = 0.02  # p1: best window >= first window + 2 points (the claims table's margin for a drop)
-GATE_LATE = 40  # p2: a collapse after this step ...
-GATE_SEEDS = 2  # ... in at least this many of the seeds
-GATE_GAMMA = 0.99  # p4: mean router-shift ratio before the collapse at most this ...
-GATE_UNDER = 0.01  # ... or at least this share of tokens under gamma_min
-
-
-def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """P(X) for one algorithm's runs of a setting (``freeze``: X+freeze's runs of the same setting,
-    None when not run): each criterion's value and verdict, and the outcome ("meets", "fails: p1, p2",
-    or "pending p3" when p1, p2 and p4 hold and the frozen-router runs are still to come)."""
-    late = [r["collapsed"] and (r["collapse_step"] or 0) > GATE_LATE for r in runs]
-    gamma = statistics.mean(r["pre_gamma"] for r in runs)
-    under = statistics.mean(r["pre_under_gmin"] for r in runs)
-    verdict = {
-        "p1": all(r["learn_gain"] >= GATE_LEARN for r in runs),
-        "p2": sum(late) >= GATE_SEEDS,
-        "p4": gamma <= GATE_GAMMA or under >= GATE_UNDER,
-        "p3": None if freeze is None else not any(r["collapsed"] for r in freeze),
-    }
-    failed = [k for k in ("p1", "p2", "p3", "p4") if verdict[k] is False]
-    outcome = f"fails: {', '.join(failed)}" if failed else "pending p3" if verdict["p3"] is None else "meets"
-    return {
-        **verdict,
-        "learn_gain": [r["learn_gain"] for r in runs],
-        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in runs],
-        "pre_gamma": gamma,
-        "pre_under_gmin": under,
-        "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
-        "outcome": outcome,
-    }
-
-
 DIAGNOSTICS = {
     "zero_std": "groups/zero_std_frac",
     "all_correct": "groups/all_correct_frac",
@@ -268,7 +219,6 @@ DIAGNOSTICS = {
     "entropy": "actor/entropy",
     "step_s": "perf/step_s",
 }
-WINDOW = 10  # steps averaged at the start and at the end of a run
 
 
 def group_diagnostics(train: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -474,34 +424,20 @@ def gate_table(rows: list[dict[str, Any]]) -> str:
     ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
 
-    def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-        return all(a.get(k) == b.get(k) for k in ("base", "steps", "set"))
-
-    for t in rows:
-        if not t["runs"] or "learn_gain" not in t["runs"][0]:
-            continue
-        for algo in [a for a in t.get("runs_spec", {}) if "+" not in a]:
-            runs = [r for r in t["runs"] if r["algo"] == algo]
-            frozen = [r for u in rows if same(u, t) for r in u["runs"] if r["algo"] == f"{algo}+freeze"]
-            g = plugin_gate(runs, frozen or None)
-            mark = lambda v: "–" if v is None else "✓" if v else "✗"  # noqa: E731
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        t["name"],
-                        algo,
-                        f"{mark(g['p1'])} " + ", ".join(f"{100 * x:+.1f}" for x in g["learn_gain"]),
-                        f"{mark(g['p2'])} " + ", ".join("–" if x is None else str(x) for x in g["collapse_steps"]),
-                        f"{mark(g['p4'])} {g['pre_gamma']:.4f} / {100 * g['pre_under_gmin']:.2f}%",
-                        "not run" if g["p3"] is None else f"{mark(g['p3'])} {g['freeze_collapsed']}/{len(frozen)}",
-                        g["outcome"],
-                        f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min",
-                        t.get("machine", EARLIER_MACHINE),
-                    ]
-                )
-                + " |"
-            )
+    mark = lambda v: "–" if v is None else "✓" if v else "✗"  # noqa: E731
+    for t, algo, g in plugin_outcomes(rows):
+        cells = [
+            t["name"],
+            algo,
+            f"{mark(g['p1'])} " + ", ".join(f"{100 * x:+.1f}" for x in g["learn_gain"]),
+            f"{mark(g['p2'])} " + ", ".join("–" if x is None else str(x) for x in g["collapse_steps"]),
+            f"{mark(g['p4'])} {g['pre_gamma']:.4f} / {100 * g['pre_under_gmin']:.2f}%",
+            "not run" if g["p3"] is None else f"{mark(g['p3'])} {g['freeze_collapsed']}/{g['freeze_n']}",
+            g["outcome"],
+            f"{(t['wall_s'] + t['pretrain_wall_s']) / 60:.1f} min",
+            t.get("machine", EARLIER_MACHINE),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -235,12 +235,13 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
 def test_no_shipped_row_reads_more_than_its_data_say(archive, tmp_path):
     """Every row of the claims tables the shipped archives make: no zero-width interval, no sentinel
     value, nothing below its margin called supported, an MDE with every interval; a primary row per
-    claim at most, every not-testable row with its reason."""
+    claim at most, every not-testable row with its reason (and no estimate, unless the regime search
+    made it not testable: then it keeps the effect it measured, rspo.report.regime_search)."""
     rows = _judged(ROOT / "docs" / "results" / archive, tmp_path)
     assert rows
     for r in rows:
         if r.verdict == NOT_TESTABLE:
-            assert r.why and math.isnan(r.mean)
+            assert r.why and (math.isnan(r.mean) or r.why.startswith("at this scale: no regime found")), r
             continue
         assert math.isfinite(r.mean) and abs(r.mean) < 1e3, r  # no -60 or other stand-in value
         if r.n >= 2:

@@ -85,6 +85,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.speed",
             "rspo.parity",
             "rspo.sweep",
+            "rspo.regime_gates",
             "rspo.mlflow_sync",
             "rspo.archive",
             "rspo.fetch_data",

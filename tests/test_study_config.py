@@ -78,3 +78,22 @@ def test_the_whole_files_schema_comes_from_the_sections():
     assert schema["properties"]["stress"]["$ref"] == schema["properties"]["mismatch"]["$ref"] == "#/$defs/regime"
     assert schema["$defs"]["regime"]["required"] == ["rl", "families"]
     assert PresetSpec.default("seeds") == (0,) and PresetSpec.default("threads") == 1
+
+
+def test_default_families_may_name_a_regimes_family_and_regime_trials_a_record():
+    """`default_families:` takes grid families and regime families (mismatch_routing: the small study's
+    design); a misspelt one and an empty `regime_trials:` are refused with the key, by the schema."""
+    from pathlib import Path
+
+    import yaml
+
+    from rspo.plan import validate_preset
+
+    root = Path(__file__).resolve().parents[1]
+    schema = root / "workflow" / "schemas" / "preset.schema.yaml"
+    small = yaml.safe_load((root / "configs" / "small.yaml").read_text())
+    validate_preset(dict(small, default_families=["plugin", "mismatch_routing", "stress_plugin"]), schema)
+    with pytest.raises(ConfigError, match=r"default_families\[1\]: 'mismatch_plugn' is not one of"):
+        validate_preset(dict(small, default_families=["plugin", "mismatch_plugn"]), schema)
+    with pytest.raises(ConfigError, match="regime_trials"):
+        validate_preset(dict(small, regime_trials=""), schema)

@@ -104,42 +104,6 @@ def test_a_method_names_its_algorithm_rs_and_routing_mode():
             method_sets(bad)
 
 
-def _run(rewards, collapse=None, gamma=0.995, under=0.0):
-    """A run's gate measures from per-step rewards (rspo.sweep.gate_measures, as run_one records them)."""
-    from rspo.sweep import gate_measures
-
-    train = [
-        {"step": i + 1, "critic/score/mean": r, "router/shift_ratio_mean": gamma, "router/shift_clipfrac": under}
-        for i, r in enumerate(rewards)
-    ]
-    if collapse is not None:  # the steps from the collapse on carry another gamma: they must not count
-        for row in train[collapse - 1 :]:
-            row["router/shift_ratio_mean"], row["router/shift_clipfrac"] = 0.5, 0.5
-    return {"collapsed": collapse is not None, "collapse_step": collapse, **gate_measures(train, collapse)}
-
-
-def test_the_plugin_gate_reads_learning_late_collapse_drift_and_the_frozen_control():
-    from rspo.sweep import plugin_gate
-
-    rise = [0.5] * 10 + [0.55] * 40 + [0.1] * 50  # learns 5 points, then falls
-    learned = _run(rise, collapse=60, gamma=0.985)
-    assert learned["learn_gain"] == pytest.approx(0.05) and learned["pre_gamma"] == pytest.approx(0.985)
-    flat = _run([0.5] * 100, collapse=30, gamma=0.985)
-    assert flat["learn_gain"] == pytest.approx(0.0)
-    g = plugin_gate([learned, learned, _run(rise, gamma=0.985)], None)
-    assert (g["p1"], g["p2"], g["p4"], g["p3"]) == (True, True, True, None) and g["outcome"] == "pending p3"
-    assert g["collapse_steps"] == [60, 60, None]
-    frozen_ok = [_run([0.5] * 100)] * 3
-    assert plugin_gate([learned] * 3, frozen_ok)["outcome"] == "meets"
-    assert plugin_gate([learned] * 3, [_run([0.5] * 100, collapse=20)] * 3)["outcome"] == "fails: p3"
-    # an early collapse (step 30, not after 40) and a seed that never learned
-    g = plugin_gate([flat, learned, _run(rise, collapse=30, gamma=0.985)], None)
-    assert g["outcome"] == "fails: p1, p2"
-    # drift too small for RS to act: mean ratio above 0.99 and under 1% of tokens below gamma_min
-    assert plugin_gate([_run(rise, collapse=60, gamma=0.995, under=0.005)] * 3, None)["outcome"] == "fails: p4"
-    assert plugin_gate([_run(rise, collapse=60, gamma=0.995, under=0.02)] * 3, None)["p4"] is True
-
-
 def test_a_command_line_spells_each_flag_once():
     import sys
 

@@ -28,6 +28,11 @@ def make_workspace(path: Path) -> Path:
     for name in ("Snakefile", "workflow", "profiles", "envs", "cluster", "tests"):
         (path / name).symlink_to(ROOT / name)
     shutil.copytree(ROOT / "configs", path / "configs")
+    # the committed results a preset names (small: its pinned base, its regime search's record), each
+    # folder linked, so that what a test writes under docs/results stays in its workspace
+    (path / "docs" / "results").mkdir(parents=True)
+    for folder in (ROOT / "docs" / "results").iterdir():
+        (path / "docs" / "results" / folder.name).symlink_to(folder)
     return path
 
 

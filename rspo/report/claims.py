@@ -26,6 +26,7 @@ from pathlib import Path
 from rspo.grid import REGIMES
 from rspo.report import measures as m
 from rspo.report.inference import pooled_sd
+from rspo.report.regime_search import guard
 from rspo.report.rule import RULE, Claim, Row, apply_holm, judge, paired_rows
 
 SEC3 = "drift"
@@ -363,6 +364,9 @@ def collect(
         claim = next(c for c in paper_claims(plan.default_gamma, total) if c.measure == "throughput")
         rows.append(judge(claim, "benchmark", [float(x) - claim.threshold for x in ratios], 0.0, seeds=False))
     names = [r for r, _, _ in regimes]
+    record = plan.spec.regime_trials
+    if record is not None:  # the regime search's gates (rspo.report.regime_search)
+        rows = guard(rows, record, frozenset(k for k, (_, regime) in PRIMARY.items() if regime == SEC3))
     family = plan.spec.primary_claims or list(PRIMARY)
     unknown = [k for k in family if k not in PRIMARY]
     if unknown:

@@ -66,7 +66,7 @@ def _load_plan():
         families = config.get("families", (manifest or {}).get("families"))
         if isinstance(families, str):  # --config families=plugin,mismatch_routing
             families = [f for f in families.split(",") if f]
-        plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full, families=families)
+        plan = Plan(preset, None if seeds is None else [int(x) for x in seeds], full=full, families=families, path=path)
         plan.check()
     except (rcfg.ConfigError, FileNotFoundError) as e:
         raise WorkflowError(f"invalid preset: {e}") from None
@@ -364,6 +364,8 @@ def table_inputs(table):
     inputs = {}
     if table in ("table_efficiency", "table_claims"):
         inputs["bench"] = f"{R}/bench.json"
+    if table == "table_claims" and PLAN.spec.regime_trials is not None:
+        inputs["trials"] = str(PLAN.spec.regime_trials)  # the regime search (rspo.report.regime_search)
     if table != "table_efficiency":
         evals = []
         for task, runs in PLAN.table_runs(table).items():

@@ -1,0 +1,192 @@
+"""The registered gates of the regime search, and what a trials record says about them.
+
+The search for a regime in which the paper's Sec. 3 and plug-in claims can be tested at this scale
+(configs/sweeps/small.yaml, rounds 3 and 4) judges non-RS trial runs by two gates, each written in
+the sweep file before its runs:
+
+- the Sec. 3 gate (round 3's g1-g3): GRPO collapses after step ``GATE_LATE`` in at least
+  ``GATE_SEEDS`` of its seeds (g1), GMPO collapses in none (g2), GMPO with a frozen router collapses
+  in none (g3; not run in every trial);
+- the plug-in gate P(X) (round 4), for X in GRPO, GSPO, GMPO: X learns first, its best
+  ``WINDOW``-step training-reward window at least ``GATE_LEARN`` above its first in every seed (p1);
+  then collapses after step ``GATE_LATE`` in at least ``GATE_SEEDS`` seeds (p2); X with a frozen router
+  collapses in none (p3; run only where p1, p2 and p4 hold); and RS would act on its drift: over the
+  steps before its collapse, mean router-shift ratio at most ``GATE_GAMMA`` or at least ``GATE_UNDER`` of
+  the response tokens under gamma_min (p4).
+
+``gate_measures`` is what `rspo sweep` records of each run for P(X); ``plugin_gate`` and ``sec3_gate``
+judge one trial; ``search_outcome`` reads a whole trials record (the JSON lines `rspo sweep` writes)
+and says, per gate, how many trials it judged and which met it. The claims table reads that outcome
+for a preset that names its search (`regime_trials:`): where no trial met a gate and the preset has
+no regime chosen by it, the rows that gate guards read "not testable at this scale"
+(rspo.report.claims).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+WINDOW = 10  # steps averaged at the start and at the end of a run
+
+GATE_LEARN = 0.02  # p1: best window >= first window + 2 points (the claims table's margin for a drop)
+GATE_LATE = 40  # g1, p2: a collapse after this step ...
+GATE_SEEDS = 2  # ... in at least this many of the seeds
+GATE_GAMMA = 0.99  # p4: mean router-shift ratio before the collapse at most this ...
+GATE_UNDER = 0.01  # ... or at least this share of tokens under gamma_min
+PLUGIN_ALGOS = ("grpo", "gspo", "gmpo")
+
+
+def gate_measures(train: list[dict[str, Any]], collapse_step: int | None) -> dict[str, float]:
+    """What the plug-in gate P(X) reads from one run: ``learn_gain``, its best ``WINDOW``-step
+    sliding mean training reward minus its first window's (p1); ``pre_gamma``, the mean per-step
+    router-shift ratio, and ``pre_under_gmin``, the mean per-step share of tokens under gamma_min,
+    over the steps before its collapse (all steps where it does not collapse) (p4)."""
+    reward = [r["critic/score/mean"] for r in train]
+    windows = [statistics.mean(reward[i : i + WINDOW]) for i in range(max(1, len(reward) - WINDOW + 1))]
+    before = [r for r in train if collapse_step is None or r["step"] < collapse_step] or train[:1]
+    return {
+        "learn_gain": max(windows) - windows[0],
+        "pre_gamma": statistics.mean(r["router/shift_ratio_mean"] for r in before),
+        "pre_under_gmin": statistics.mean(r["router/shift_clipfrac"] for r in before),
+    }
+
+
+def _late(runs: list[dict[str, Any]]) -> int:
+    return sum(bool(r["collapsed"]) and (r["collapse_step"] or 0) > GATE_LATE for r in runs)
+
+
+def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """P(X) for one algorithm's runs of a setting (``freeze``: X+freeze's runs of the same setting,
+    None when not run): each criterion's value and verdict, and the outcome ("meets", "fails: p1, p2",
+    or "pending p3" when p1, p2 and p4 hold and the frozen-router runs are still to come)."""
+    gamma = statistics.mean(r["pre_gamma"] for r in runs)
+    under = statistics.mean(r["pre_under_gmin"] for r in runs)
+    verdict = {
+        "p1": all(r["learn_gain"] >= GATE_LEARN for r in runs),
+        "p2": _late(runs) >= GATE_SEEDS,
+        "p4": gamma <= GATE_GAMMA or under >= GATE_UNDER,
+        "p3": None if freeze is None else not any(r["collapsed"] for r in freeze),
+    }
+    failed = [k for k in ("p1", "p2", "p3", "p4") if verdict[k] is False]
+    outcome = f"fails: {', '.join(failed)}" if failed else "pending p3" if verdict["p3"] is None else "meets"
+    return {
+        **verdict,
+        "learn_gain": [r["learn_gain"] for r in runs],
+        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in runs],
+        "pre_gamma": gamma,
+        "pre_under_gmin": under,
+        "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
+        "freeze_n": None if freeze is None else len(freeze),
+        "outcome": outcome,
+    }
+
+
+def sec3_gate(grpo: list[dict[str, Any]], gmpo: list[dict[str, Any]], freeze: list[dict[str, Any]] | None) -> str:
+    """Round 3's gate on one setting's GRPO, GMPO and GMPO+freeze runs (None: not run): "meets",
+    "fails: g1, g2" or "pending g3" (g1 and g2 hold, the frozen-router runs still to come)."""
+    verdict = {
+        "g1": _late(grpo) >= GATE_SEEDS,
+        "g2": not any(r["collapsed"] for r in gmpo),
+        "g3": None if freeze is None else not any(r["collapsed"] for r in freeze),
+    }
+    failed = [k for k, v in verdict.items() if v is False]
+    return f"fails: {', '.join(failed)}" if failed else "pending g3" if verdict["g3"] is None else "meets"
+
+
+def _same_setting(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("base", "steps", "set"))
+
+
+def _runs(rows: list[dict[str, Any]], trial: dict[str, Any], method: str) -> list[dict[str, Any]]:
+    """``method``'s runs of ``trial``'s setting, from every trial of the record with the same base,
+    steps and setting (X+freeze may be added as a trial of its own)."""
+    return [r for u in rows if _same_setting(u, trial) for r in u["runs"] if r["algo"] == method]
+
+
+def plugin_outcomes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """(trial, X, P(X)) for every trial of the record whose runs carry the gate's measures, and every
+    algorithm X it ran without a routing mode or RS, in the record's order."""
+    out = []
+    for t in rows:
+        if not t["runs"] or "learn_gain" not in t["runs"][0]:
+            continue
+        for algo in [a for a in t.get("runs_spec", {}) if "+" not in a]:
+            runs = [r for r in t["runs"] if r["algo"] == algo]
+            frozen = _runs(rows, t, f"{algo}+freeze")
+            out.append((t, algo, plugin_gate(runs, frozen or None)))
+    return out
+
+
+def sec3_outcomes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """(trial, Sec. 3 gate outcome) for every trial of the record that ran both GRPO and GMPO."""
+    out = []
+    for t in rows:
+        grpo = [r for r in t["runs"] if r["algo"] == "grpo"]
+        gmpo = [r for r in t["runs"] if r["algo"] == "gmpo"]
+        if grpo and gmpo:
+            out.append((t, sec3_gate(grpo, gmpo, _runs(rows, t, "gmpo+freeze") or None)))
+    return out
+
+
+class TrialsError(ValueError):
+    pass
+
+
+def read_trials(path: str | Path) -> list[dict[str, Any]]:
+    """The trial rows of a record `rspo sweep` wrote (one JSON object per line), checked."""
+    p = Path(path)
+    if not p.is_file():
+        raise TrialsError(f"regime trials {p}: no such file")
+    rows = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise TrialsError(f"regime trials {p}, line {i}: not JSON ({e})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("runs"), list) or "name" not in row:
+            raise TrialsError(f"regime trials {p}, line {i}: not a trial row (needs 'name' and a list 'runs')")
+        rows.append(row)
+    if not rows:
+        raise TrialsError(f"regime trials {p}: no trials")
+    return rows
+
+
+@dataclass(frozen=True)
+class GateSearch:
+    """What a search found for one gate: the trials it judged and those that met it."""
+
+    gate: str
+    """"P(grpo)", "P(gspo)", "P(gmpo)" or "Sec. 3 (g1-g3)"."""
+    judged: tuple[str, ...]
+    met: tuple[str, ...]
+
+    @property
+    def found(self) -> bool:
+        return bool(self.met)
+
+
+def search_outcome(rows: list[dict[str, Any]]) -> dict[str, GateSearch]:
+    """Per gate ("sec3", "grpo", "gspo", "gmpo"), the trials that judged it and those that met it; a
+    trial still "pending" its frozen-router runs has not met it."""
+    plugin = plugin_outcomes(rows)
+    out = {
+        "sec3": GateSearch(
+            "Sec. 3 (g1-g3)",
+            tuple(t["name"] for t, _ in sec3_outcomes(rows)),
+            tuple(t["name"] for t, o in sec3_outcomes(rows) if o == "meets"),
+        )
+    }
+    for algo in PLUGIN_ALGOS:
+        judged = [(t, g) for t, x, g in plugin if x == algo]
+        out[algo] = GateSearch(
+            f"P({algo})",
+            tuple(t["name"] for t, _ in judged),
+            tuple(t["name"] for t, g in judged if g["outcome"] == "meets"),
+        )
+    return out

@@ -1,0 +1,114 @@
+"""rspo.report.regime_search: a preset that names its regime search (`regime_trials:`) gets the rows
+of every gate no trial met read "not testable at this scale", with the reason and the count of trials;
+rows of a gate that was met, equivalence rows and the other claims are judged as before. Also the
+round-4 record the small preset names: no trial met any gate."""
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from rspo.archive import own_preset
+from rspo.config import load_preset
+from rspo.plan import Plan
+from rspo.preset import Preset
+from rspo.report import claims
+from rspo.report.rule import NOT_TESTABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+EARLIER = ROOT / "docs" / "results" / "small"
+SEC3 = {"grpo-collapses", "gamma-falls", "gclip-rises", "kl-volatile", "clip-volatile", "rs-kl-vol", "rspo-kl-vol"}
+
+
+def _run(algo, seed, collapse=None, gain=0.0):
+    return {
+        "algo": algo,
+        "seed": seed,
+        "collapsed": collapse is not None,
+        "collapse_step": collapse,
+        "learn_gain": gain,
+        "pre_gamma": 0.97,
+        "pre_under_gmin": 0.02,
+    }
+
+
+def _record(path: Path, grpo_meets: bool) -> Path:
+    """Two trials: in t1 every X learns and collapses late, GMPO too (Sec. 3 fails on g2); GRPO's
+    frozen-router runs (a trial of their own) collapse unless ``grpo_meets``."""
+    spec = {"grpo": [0, 1, 2], "gspo": [0, 1, 2], "gmpo": [0, 1, 2]}
+    t1 = {
+        "name": "t1",
+        "base": "b",
+        "steps": 150,
+        "set": ["optim.router_lr_mult=110"],
+        "runs_spec": spec,
+        "runs": [_run(a, s, collapse=60, gain=0.05) for a in spec for s in range(3)],
+    }
+    frozen = {**t1, "name": "t1-freeze", "runs_spec": {"grpo+freeze": [0, 1, 2]}}
+    frozen["runs"] = [_run("grpo+freeze", s, collapse=None if grpo_meets else 30) for s in range(3)]
+    path.write_text("\n".join(json.dumps(t) for t in (t1, frozen)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("earlier")
+    manifest = json.loads((EARLIER / "archive.json").read_text())
+    with tarfile.open(EARLIER / "runs.tar.xz") as tar:
+        tar.extractall(tmp, filter="data")
+    preset = load_preset(own_preset(EARLIER, manifest["preset"]))
+    return manifest, preset, tmp
+
+
+def _rows(earlier, record: Path | None):
+    manifest, preset, tmp = earlier
+    data = dict(preset, regime_trials=str(record)) if record else preset
+    plan = Plan(data, seeds=manifest["seeds"], families=manifest["families"])
+    rows = claims.collect(plan, tmp / "eval", tmp / "runs", tmp / "bench.json")
+    return {(r.claim.key, r.claim.measure, r.regime, r.kind): r for r in rows}
+
+
+def test_rows_of_a_gate_no_trial_met_read_not_testable_at_this_scale(earlier, tmp_path):
+    before = _rows(earlier, None)
+    after = _rows(earlier, _record(tmp_path / "trials.jsonl", grpo_meets=True))
+    assert before.keys() == after.keys()
+    guarded = {k for k in after if k[3] == "verdict" and (k[0] in SEC3 or k[0] in ("rs-gspo", "rs-gmpo"))}
+    assert {k[2] for k in guarded} == {"natural", "stress", "mismatch"} and len(guarded) > 10
+    for k, r in after.items():
+        if k in guarded:
+            assert r.verdict == NOT_TESTABLE and r.verdict_text.startswith("not testable: at this scale: no regime")
+            assert r.why.count("trials.jsonl in ") == 1  # the record it read
+            if k[0] in SEC3:
+                assert "GRPO collapses late and GMPO does not (Sec. 3 (g1-g3) met by none of the 1 regime" in r.why
+            else:
+                x = k[0].removeprefix("rs-").upper()
+                assert (
+                    f"RS acts and {x} learns first, then collapses late (P({x.lower()}) met by none of the 1" in r.why
+                )
+            if before[k].verdict == NOT_TESTABLE:  # the regime's own reason follows
+                assert r.why.endswith(f"; in this regime also {before[k].why}")
+            else:  # the measured effect stays on the row
+                assert r.mean == before[k].mean and r.n == before[k].n
+            if r.primary:
+                assert r.p_holm == 1.0 and r.test == ""
+        else:  # P(grpo) was met (t1 with its frozen control): RS-stabilises-GRPO rows as before
+            assert r.verdict_text == before[k].verdict_text, k
+
+
+def test_a_met_gate_guards_nothing_and_a_missing_record_is_named(earlier, tmp_path):
+    record = _record(tmp_path / "trials.jsonl", grpo_meets=False)
+    after = _rows(earlier, record)
+    assert after[("rs-grpo", "reward", "stress", "verdict")].verdict == NOT_TESTABLE  # GRPO+freeze collapsed
+    from rspo.regime_gates import TrialsError
+
+    with pytest.raises(TrialsError, match="absent.jsonl: no such file"):
+        _rows(earlier, tmp_path / "absent.jsonl")
+
+
+def test_a_presets_relative_paths_start_at_the_repository_root_also_for_an_archives_copy(tmp_path):
+    assert Preset.load(ROOT / "configs" / "small.yaml").root == ROOT
+    assert Preset.load(own_preset(EARLIER, "small")).root == ROOT  # docs/results/small/small.yaml
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "p.yaml").write_text("preset: p\nrl: {}\n")
+    assert Preset.load(tmp_path / "configs" / "p.yaml").root == tmp_path  # no Snakefile: the folder above
