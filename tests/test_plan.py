@@ -44,22 +44,35 @@ def test_small_mismatch_regime_runs_the_routing_rows_beyond_the_paper_under_an_f
     assert base.fingerprint() != natural.fingerprint()
 
 
-def test_the_default_selection_leaves_the_mismatch_and_stress_regimes_to_full_or_a_named_selection():
+def test_the_default_selection_is_the_studys_design_and_leaves_the_stress_regime_to_full():
+    """The small study's design (configs/small.yaml's default_families): the natural plugin family and
+    the mismatch regime's routing family, every seed; the stress regime (default_target: false) and
+    the natural routing family only with --config full=true or a selection that names them."""
     preset = small()
     default, full = Plan(preset), Plan(preset, full=True)
-    assert not any(n.startswith("mismatch-") for n in default.runs)
-    assert {f"mismatch-{m}-s0" for m in MISMATCH_METHODS} <= set(full.runs)
-    assert full.available("fig9_mismatch_mismatch") and not default.available("fig9_mismatch_mismatch")
+    assert preset["default_families"] == ["plugin", "mismatch_routing"]
+    assert set(default.families) == {"plugin", "mechanism", "mismatch_routing"}
+    assert len(default.runs) == 55 == 6 * 5 + 5 * 5 and default.seeds == [0, 1, 2, 3, 4]
+    assert {f"mismatch-{m}-s4" for m in MISMATCH_METHODS} <= set(default.runs)
+    assert default.available("fig9_mismatch_mismatch") and not default.available("fig8_routing")
     # a grid family name selects it in every regime that repeats it, a regime's family only there;
     # the stress regime says default_target: false, so a grid family's name leaves it out
     assert preset["stress"]["default_target"] is False
     assert not any(n.startswith("stress-") for n in default.runs) and "stress-grpo-s0" in full.runs
+    plugin = Plan(preset, families=["plugin"])
+    assert not any(n.startswith(("mismatch-", "stress-")) for n in plugin.runs)
+    # a piece of the study: the same design for some seeds
+    piece = Plan(preset, seeds=[2, 3])
+    assert set(piece.families) == set(default.families) and {r.seed for r in piece.runs.values()} == {2, 3}
+    assert len(piece.runs) == 22
     routing = Plan(preset, families=["routing"])
     assert {"routing", "mismatch_routing"} <= set(routing.families) and "stress_routing" not in routing.families
     assert "stress_routing" in Plan(preset, families=["routing", "stress_routing"]).families
     preset_on = copy.deepcopy(preset)
     preset_on["stress"]["default_target"] = True
-    assert {"plugin", "mechanism", "stress_plugin", "stress_mechanism"} == set(Plan(preset_on).families)
+    assert {"plugin", "mechanism", "stress_plugin", "stress_mechanism", "mismatch_routing"} == set(
+        Plan(preset_on).families
+    )
     only = Plan(preset, families=["mismatch_routing"])
     assert set(only.families) == {"mismatch_routing"}
     stress = Plan(preset, families=["stress_plugin"])
@@ -118,6 +131,10 @@ def test_a_regime_section_changes_what_train_and_report_jobs_read_only():
     for kind in ("data", "pretrain", "evaluate", "bench"):
         assert preset_digest(preset, kind) == preset_digest(without, kind)
         assert preset_digest({**preset, "default_families": ["routing"]}, kind) == preset_digest(preset, kind)
+        # nor how the claims table judges them (pieces of a study run before and after such a key agree)
+        judging = {**preset, "primary_claims": ["throughput"], "regime_trials": "elsewhere.jsonl"}
+        assert preset_digest(judging, kind) == preset_digest(preset, kind)
+    assert preset_digest({**preset, "primary_claims": ["throughput"]}, "report") != preset_digest(preset, "report")
     assert preset_digest(preset, "report") != preset_digest(without, "report")
     # the eval section still counts for evaluation
     assert preset_digest({**preset, "eval": {}}, "evaluate") != preset_digest(preset, "evaluate")

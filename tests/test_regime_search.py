@@ -13,6 +13,7 @@ from rspo.archive import own_preset
 from rspo.config import load_preset
 from rspo.plan import Plan
 from rspo.preset import Preset
+from rspo.regime_gates import read_trials, search_outcome
 from rspo.report import claims
 from rspo.report.rule import NOT_TESTABLE
 
@@ -104,6 +105,15 @@ def test_a_met_gate_guards_nothing_and_a_missing_record_is_named(earlier, tmp_pa
 
     with pytest.raises(TrialsError, match="absent.jsonl: no such file"):
         _rows(earlier, tmp_path / "absent.jsonl")
+
+
+def test_the_small_presets_search_met_no_gate():
+    """configs/small.yaml names round 4's record; no trial of it met the Sec. 3 gate or any P(X)."""
+    preset = Preset.load(ROOT / "configs" / "small.yaml")
+    assert preset.regime_trials == ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
+    out = search_outcome(read_trials(preset.regime_trials))
+    assert all(not g.found for g in out.values()), {k: g.met for k, g in out.items()}
+    assert len(out["grpo"].judged) >= 9 and len(out["sec3"].judged) >= 9
 
 
 def test_a_presets_relative_paths_start_at_the_repository_root_also_for_an_archives_copy(tmp_path):
