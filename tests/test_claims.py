@@ -326,3 +326,18 @@ def test_a_table_over_fewer_runs_than_its_preset_names_is_an_interim_table(tmp_p
     verdicts = [row[1][-1].text for row in table.rows]
     assert verdicts and all(v == "interim" or v.startswith("not testable") for v in verdicts)
     assert any(row[1][4].text == "3" for row in table.rows)  # computed from the three seeds present
+
+
+def test_a_table_of_a_piece_of_the_study_is_an_interim_table(tmp_path):
+    """A plan of fewer seeds than the preset names (`make piece SEEDS=0,1`) judges only its seeds, and its
+    table says which of the preset's runs it lacks: the other seeds' runs, though they are on disk."""
+    manifest, root = _unpacked(tmp_path)
+    preset = load_preset(own_preset(EARLIER, manifest["preset"]))
+    assert preset["seeds"] == [0, 1, 2]
+    piece = Plan(preset, seeds=[0, 1], families=manifest["families"])
+    table = claims.table_claims(piece, root / "eval", root / "runs", root / "bench.json")
+    note = next(x for x in table.notes if x.startswith("INTERIM"))
+    assert note.startswith("INTERIM: 17 of the preset's 51 Countdown runs are missing (")
+    assert "grpo-s2" in note and "mismatch-gmpo-tis-s2" in note and "grpo-s1" not in note
+    assert all(row[1][-1].text == "interim" or row[1][-1].text.startswith("not testable") for row in table.rows)
+    assert max(int(row[1][4].text) for row in table.rows if row[1][4].text.isdigit()) == 2

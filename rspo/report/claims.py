@@ -329,13 +329,28 @@ def regime_rows(runs: RegimeRuns, regime: str, claims: list[Claim]) -> list[Row]
     return rows
 
 
+def whole_plan(plan):
+    """``plan`` with every seed the preset names (itself when it has them all): what a table of a piece
+    of the study, a plan of fewer seeds, is a part of."""
+    if set(plan.spec.seeds) <= set(plan.seeds):
+        return plan
+    from rspo.plan import Plan
+
+    return Plan(plan.preset, None, plan.full, plan.selection, plan.spec.path)
+
+
 def missing_runs(plan, eval_dir: Path, runs_dir: Path) -> list[str]:
-    """The preset's Countdown runs whose training (final.json) or evaluation (countdown.json) is absent."""
+    """The preset's Countdown runs whose training (final.json) or evaluation (countdown.json) is absent,
+    and, for a plan of fewer seeds than the preset names (a piece of the study), the other seeds' runs."""
     return [
         n
-        for n, r in plan.runs.items()
+        for n, r in whole_plan(plan).runs.items()
         if r.task == "countdown"
-        and not ((Path(runs_dir) / n / "final.json").is_file() and (Path(eval_dir) / n / "countdown.json").is_file())
+        and not (
+            n in plan.runs
+            and (Path(runs_dir) / n / "final.json").is_file()
+            and (Path(eval_dir) / n / "countdown.json").is_file()
+        )
     ]
 
 
@@ -484,7 +499,8 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
     )
     interim = (
         [
-            f"INTERIM: {len(missing)} of the preset's {sum(1 for r in plan.runs.values() if r.task == 'countdown')} "
+            f"INTERIM: {len(missing)} of the preset's "
+            f"{sum(1 for r in whole_plan(plan).runs.values() if r.task == 'countdown')} "
             f"Countdown runs are missing ({', '.join(missing)}); every row is computed from the runs present and "
             "carries no verdict."
         ]
