@@ -174,19 +174,14 @@ class GateSearch:
 def search_outcome(rows: list[dict[str, Any]]) -> dict[str, GateSearch]:
     """Per gate ("sec3", "grpo", "gspo", "gmpo"), the trials that judged it and those that met it; a
     trial still "pending" its frozen-router runs has not met it."""
+
+    def search(gate: str, outcomes: list[tuple[dict[str, Any], str]]) -> GateSearch:
+        return GateSearch(
+            gate, tuple(t["name"] for t, _ in outcomes), tuple(t["name"] for t, o in outcomes if o == "meets")
+        )
+
     plugin = plugin_outcomes(rows)
-    out = {
-        "sec3": GateSearch(
-            "Sec. 3 (g1-g3)",
-            tuple(t["name"] for t, _ in sec3_outcomes(rows)),
-            tuple(t["name"] for t, o in sec3_outcomes(rows) if o == "meets"),
-        )
-    }
+    out = {"sec3": search("Sec. 3 (g1-g3)", sec3_outcomes(rows))}
     for algo in PLUGIN_ALGOS:
-        judged = [(t, g) for t, x, g in plugin if x == algo]
-        out[algo] = GateSearch(
-            f"P({algo})",
-            tuple(t["name"] for t, _ in judged),
-            tuple(t["name"] for t, g in judged if g["outcome"] == "meets"),
-        )
+        out[algo] = search(f"P({algo})", [(t, g["outcome"]) for t, x, g in plugin if x == algo])
     return out

@@ -339,12 +339,13 @@ def whole_plan(plan):
     return Plan(plan.preset, None, plan.full, plan.selection, plan.spec.path)
 
 
-def missing_runs(plan, eval_dir: Path, runs_dir: Path) -> list[str]:
+def missing_runs(plan, eval_dir: Path, runs_dir: Path, whole=None) -> list[str]:
     """The preset's Countdown runs whose training (final.json) or evaluation (countdown.json) is absent,
-    and, for a plan of fewer seeds than the preset names (a piece of the study), the other seeds' runs."""
+    and, for a plan of fewer seeds than the preset names (a piece of the study), the other seeds' runs
+    (``whole``: ``whole_plan(plan)``, when the caller has it)."""
     return [
         n
-        for n, r in whole_plan(plan).runs.items()
+        for n, r in (whole or whole_plan(plan)).runs.items()
         if r.task == "countdown"
         and not (
             n in plan.runs
@@ -483,7 +484,8 @@ def summary(rows: list[Row]) -> dict:
 def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: str | Path | None = None):
     from rspo.report.tables import Cell, Table
 
-    missing = missing_runs(plan, Path(eval_dir), Path(runs_dir))
+    whole = whole_plan(plan)
+    missing = missing_runs(plan, Path(eval_dir), Path(runs_dir), whole)
     rows = collect(plan, Path(eval_dir), Path(runs_dir), Path(bench_file) if bench_file else None, missing)
     if not rows:
         raise ValueError(
@@ -500,7 +502,7 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
     interim = (
         [
             f"INTERIM: {len(missing)} of the preset's "
-            f"{sum(1 for r in whole_plan(plan).runs.values() if r.task == 'countdown')} "
+            f"{sum(1 for r in whole.runs.values() if r.task == 'countdown')} "
             f"Countdown runs are missing ({', '.join(missing)}); every row is computed from the runs present and "
             "carries no verdict."
         ]

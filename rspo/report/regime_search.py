@@ -31,7 +31,7 @@ def reason(gate: str, g: GateSearch, record: Path) -> str:
     found = (
         f"{g.gate} met by none of the {len(g.judged)} regime trials that judged it"
         if g.judged
-        else (f"{g.gate} judged by no regime trial")
+        else f"{g.gate} judged by no regime trial"
     )
     if gate == "sec3":
         what = "router drift builds up, GRPO collapses late and GMPO does not"
