@@ -24,6 +24,7 @@ from rspo.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
+EARLIER = ROOT / "docs" / "results" / "small-3seed"  # the 3-seed study, before the 5-seed design
 
 
 def write_results(res: Path, plan: Plan) -> None:
@@ -471,7 +472,7 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
 
 
 def test_an_archive_of_a_run_selection_records_it(tmp_path):
-    """An archive packed from a selection of grid families (--families, as docs/results/small ships
+    """An archive packed from a selection of grid families (--families, as docs/results/small-3seed ships
     plugin + mismatch_routing) records the selection; make figures rebuilds the same plan from it."""
     plan = Plan.from_file(SMOKE, families=["plugin"])
     assert "routing" not in plan.families and "stress_plugin" in plan.families
@@ -485,13 +486,13 @@ def test_an_archive_of_a_run_selection_records_it(tmp_path):
 
 
 def _pieces(tmp_path):
-    """The shipped study unpacked, then packed again as two pieces by seed (0-1 and 2), each with the
+    """The earlier 3-seed study unpacked, then packed again as two pieces by seed (0-1 and 2), each with the
     base model's weights in its results (as a machine that trained it has them)."""
     from rspo.archive import pack as pack_archive
     from rspo.archive import unpack as unpack_archive
     from rspo.plan import Plan
 
-    shipped = ROOT / "docs" / "results" / "small"
+    shipped = EARLIER
     manifest = json.loads((shipped / "archive.json").read_text())
     preset_file = shipped / "small.yaml"
     plan = Plan.from_file(preset_file, families=manifest["families"])
@@ -569,7 +570,7 @@ def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp
     from rspo.archive import unpack as unpack_archive
     from rspo.plan import Plan
 
-    shipped = ROOT / "docs" / "results" / "small"
+    shipped = EARLIER
     families = json.loads((shipped / "archive.json").read_text())["families"]
     results = tmp_path / "results-c"
     unpack_archive(b, Plan.from_file(shipped / "small.yaml", [2], families=families).preset, results)
@@ -582,3 +583,21 @@ def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp
         merge([a, tmp_path / "piece-c"], tmp_path / "z")
     with pytest.raises(ArchiveError, match="two pieces or more"):
         merge([a], tmp_path / "one")
+
+
+def test_the_shipped_study_is_the_merge_of_its_committed_pieces(tmp_path, monkeypatch):
+    """docs/results/small is what `rspo archive merge` builds from the pieces committed under
+    docs/results/small-pieces (each run by `make piece`), and those pieces are the preset's whole
+    design: every run of configs/small.yaml's default target, with the preset's seeds."""
+    from rspo.archive import merge
+
+    shipped = ROOT / "docs" / "results" / "small"
+    manifest = json.loads((shipped / "archive.json").read_text())
+    monkeypatch.chdir(ROOT)  # the pieces are recorded by their repository paths
+    again = merge([p["from"] for p in manifest["pieces"]], tmp_path / "merged")
+    assert len(manifest["pieces"]) >= 2
+    for key in ("preset_digest", "seeds", "runs", "evals", "members", "bundle", "bases", "shared", "pieces"):
+        assert again.get(key) == manifest.get(key), key
+    plan = Plan.from_file(ROOT / "configs" / "small.yaml")
+    assert manifest["runs"] == sorted(plan.runs) and manifest["seeds"] == plan.seeds
+    verify(shipped, plan.preset)

@@ -16,7 +16,7 @@ from rspo.report import claims
 from rspo.report.rule import IMMATERIAL, NOT_TESTABLE, SUPPORTED
 
 ROOT = Path(__file__).resolve().parents[1]
-EARLIER = ROOT / "docs" / "results" / "small"
+EARLIER = ROOT / "docs" / "results" / "small-3seed"
 
 
 def test_every_claim_has_one_primary_row_named_before_the_runs():
@@ -103,7 +103,7 @@ def _judged(archive: Path, tmp: Path) -> list:
 
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory):
-    """The 3-seed study docs/results/small ships (until its 5-seed rerun) unpacked."""
+    """The earlier 3-seed study (docs/results/small-3seed, before the 5-seed design) unpacked."""
     rows = _judged(EARLIER, tmp_path_factory.mktemp("earlier"))  # with the preset it was packed from
     assert {r.n for r in rows if r.regime != "benchmark"} <= {0, 3}  # its seeds 0-2
     return {

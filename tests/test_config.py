@@ -227,8 +227,13 @@ def test_prompt_template_settings_are_checked_and_keep_earlier_runs_identity():
         load_train_config(ROOT / "configs" / "small.yaml", "gmpo-rs0.8-s0", ["data.enable_thinking=maybe"])
 
 
-def test_every_committed_run_keeps_its_fingerprint():
-    """The shipped study's runs (docs/results/small/runs.tar.xz: each run.json with the fingerprint
+# the shipped archives: runs, and how many were configured while the removed settings existed
+FINGERPRINTED = {"small": (55, 0), "small-3seed": (51, 36)}  # the 5-seed study; the earlier 3-seed one
+
+
+@pytest.mark.parametrize("archive", sorted(FINGERPRINTED))
+def test_every_committed_run_keeps_its_fingerprint(archive):
+    """A shipped study's runs (docs/results/<archive>/runs.tar.xz: each run.json with the fingerprint
     its job recorded, beside its config.json) get the same fingerprint from today's TrainConfig, with
     the settings added since at the value those runs had (ADDED_LATER) and the removed ones gone:
     a run's fingerprint stays its identity across versions of the code."""
@@ -238,7 +243,7 @@ def test_every_committed_run_keeps_its_fingerprint():
     from rspo.config import ADDED_LATER, REMOVED, train_config_from_dict
 
     checked = legacy = 0
-    with tarfile.open(ROOT / "docs" / "results" / "small" / "runs.tar.xz") as tf:
+    with tarfile.open(ROOT / "docs" / "results" / archive / "runs.tar.xz") as tf:
         files = {m.name: m for m in tf.getmembers() if m.isfile()}
         for name in sorted(n for n in files if n.endswith("/run.json")):
             info = json.load(tf.extractfile(files[name]))
@@ -255,8 +260,10 @@ def test_every_committed_run_keeps_its_fingerprint():
             cfg = train_config_from_dict(config, seed=seed, preset=preset, run_name=run)
             assert cfg.fingerprint() == info["fingerprint"], name
             checked += 1
-    # 36 runs of make main (configured while the removed settings existed) and the mismatch regime's 15
-    assert checked == 51 and legacy == 36 * len(REMOVED)
+    # the 3-seed study: 36 runs of make main (configured while the removed settings existed) and the
+    # mismatch regime's 15; the 5-seed study: 30 natural and 25 mismatch runs, configured after
+    runs, configured_before = FINGERPRINTED[archive]
+    assert checked == runs and legacy == configured_before * len(REMOVED)
 
 
 @pytest.mark.parametrize("key", ["algorithm.kl_coef", "tracking.log_every"])

@@ -18,7 +18,7 @@ from rspo.report import claims
 from rspo.report.rule import NOT_TESTABLE
 
 ROOT = Path(__file__).resolve().parents[1]
-EARLIER = ROOT / "docs" / "results" / "small"
+EARLIER = ROOT / "docs" / "results" / "small-3seed"
 SEC3 = {"grpo-collapses", "gamma-falls", "gclip-rises", "kl-volatile", "clip-volatile", "rs-kl-vol", "rspo-kl-vol"}
 
 
@@ -118,7 +118,7 @@ def test_the_small_presets_search_met_no_gate():
 
 def test_a_presets_relative_paths_start_at_the_repository_root_also_for_an_archives_copy(tmp_path):
     assert Preset.load(ROOT / "configs" / "small.yaml").root == ROOT
-    assert Preset.load(own_preset(EARLIER, "small")).root == ROOT  # docs/results/small/small.yaml
+    assert Preset.load(own_preset(EARLIER, "small")).root == ROOT  # docs/results/small-3seed/small.yaml
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "p.yaml").write_text("preset: p\nrl: {}\n")
     assert Preset.load(tmp_path / "configs" / "p.yaml").root == tmp_path  # no Snakefile: the folder above
