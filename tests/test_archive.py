@@ -413,7 +413,10 @@ def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(figur
     assert not {"pretrain", "train", "evaluate_countdown", "countdown_data", "bench"} & set(counts), counts
     built = clone / "results" / "small-archive"  # beside the user's results/small, never in it
     files = sorted(p.relative_to(committed) for p in committed.glob("*/*") if p.parent.name in ("figures", "tables"))
-    assert len(files) >= 20
+    # the committed folder holds exactly what `make figures` builds: every table and figure, nothing stale
+    assert files and files == sorted(
+        p.relative_to(built) for p in built.glob("*/*") if p.parent.name in ("figures", "tables")
+    )
     for rel in files:
         assert (built / rel).read_bytes() == (committed / rel).read_bytes(), f"{rel} differs from the committed file"
     # the user's own results/small: the same files with the same bytes, nothing added
