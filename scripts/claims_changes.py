@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rspo.report.rule import MIN_SEEDS, NOT_TESTABLE, PROVISIONAL
+
 KEY = ("Claim", "Regime", "Effect")
 
 
@@ -40,17 +42,17 @@ def parse(path: str | Path) -> list[dict[str, str]]:
 
 
 def verdict(text: str) -> str:
-    """The verdict with its reason cut to the first clause: 'not testable: RS inactive', 'inconclusive
-    (provisional)'."""
-    provisional = " (provisional: n < 5)"
-    head = text.replace(provisional, "")
-    if head.startswith("not testable: "):
-        reason = head[len("not testable: ") :]
-        reason = reason.split(" (")[0].split(": ")[0] if reason.startswith("at this scale") else reason.split(" (")[0]
-        head = f"not testable: {reason}"
-    else:  # 'inconclusive: supported before Holm's correction ...' -> 'inconclusive'
-        head = head.split(": ")[0]
-    return head + (" (provisional)" if provisional in text else "")
+    """The verdict as rspo.report.rule.Row.verdict_text wrote it, its reason cut to the first clause:
+    'not testable: RS inactive', 'inconclusive (provisional)'; a check keeps its outcome ('check:
+    not supported')."""
+    marker = f" ({PROVISIONAL}: n < {MIN_SEEDS})"
+    head = text.replace(marker, "")
+    word, _, reason = head.partition(": ")
+    if word == NOT_TESTABLE:  # 'at this scale: no regime found ... (P(grpo) ...)' -> 'at this scale'
+        head = f"{word}: {reason.split(' (')[0].split(': ')[0]}"
+    elif word != "check":  # 'inconclusive: supported before Holm's correction ...' -> 'inconclusive'
+        head = word
+    return head + (f" ({PROVISIONAL})" if marker in text else "")
 
 
 def cell(row: dict[str, str] | None) -> str:
@@ -79,10 +81,12 @@ def changes(earlier: str | Path, later: str | Path, labels: tuple[str, str] = ("
         f"| Claim | Regime | Effect | {labels[0]} | {labels[1]} | what moved |",
         "|:---|:---|:---|:---|:---|:---|",
     ]
+    same = 0
     for key in order:
         o, n = old.get(key), new.get(key)
-        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {cell(o)} | {cell(n)} | {moved(o, n, labels)} |")
-    same = sum(1 for k in order if k in old and k in new and verdict(old[k]["Verdict"]) == verdict(new[k]["Verdict"]))
+        what = moved(o, n, labels)
+        same += what == "same verdict"
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {cell(o)} | {cell(n)} | {what} |")
     out += [
         "",
         f"- Rows: {len(new)} in the {labels[1]} table, {len(old)} in the {labels[0]} table, {len(set(old) & set(new))} "

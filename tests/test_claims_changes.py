@@ -87,6 +87,8 @@ def test_verdicts_are_cut_to_their_first_clause():
         "not testable: at this scale"
     )
     assert verdict("equivalent") == "equivalent"
+    assert verdict("check holds") == "check holds"
+    assert verdict("check: not supported (provisional: n < 5)") == "check: not supported (provisional)"
 
 
 def test_a_file_without_a_claims_table_or_with_a_broken_row_is_refused(tmp_path, capsys):
