@@ -13,6 +13,7 @@ import pytest
 from test_train import digit_task, make_cfg
 from tiny_moe import make_train_assets
 
+from rspo.train.run_folder import RunFolder
 from rspo.train.time_account import PARTS, TimeAccount
 from rspo.train.trainer import Trainer
 
@@ -38,6 +39,19 @@ def test_the_parts_add_up_to_the_wall_time_and_earlier_jobs_are_added():
         acc.add("lunch", 1.0)
 
 
+def test_the_run_folder_keeps_the_account_of_its_newest_save_and_no_other(tmp_path):
+    folder = RunFolder(tmp_path / "run", fingerprint="f")
+    assert folder.time_account(3) is None
+    folder.write_time_account(3, {"seconds": {"wall": 9.0}, "jobs": 1})
+    assert folder.time_account(3) == {"seconds": {"wall": 9.0}, "jobs": 1}
+    assert folder.time_account(4) is None  # another step's (a save killed before its account was written)
+    folder.time_account_path.write_text("{not json")
+    assert folder.time_account(3) is None
+    folder.write_time_account(3, {"seconds": {}, "jobs": 1})
+    folder.reset_metrics()  # a run starting over keeps no account of an earlier attempt
+    assert not folder.time_account_path.exists()
+
+
 def test_a_run_records_its_time_account_in_final_json_and_across_a_resume(tmp_path):
     """Two steps, validation and a checkpoint each step, stopped at a 1 ms limit after step 1 and
     resumed: final.json's account spans both jobs, each part measured, the parts adding up to the wall."""
@@ -50,7 +64,9 @@ def test_a_run_records_its_time_account_in_final_json_and_across_a_resume(tmp_pa
     assert account == final["time_account"] and account["jobs"] == 2
     assert account["step_update"] > 0 and account["step_rollout"] > 0 and first["time_account"]["checkpoint"] > 0
     assert account["final_save"] > 0 and account["startup"] > 0
-    assert account["wall"] >= first["time_account"]["wall"]
+    # the first job counts whole, the save that ended it included (time_account.json, written after it)
+    assert account["wall"] >= first["time_account"]["wall"] + account["startup"] - first["time_account"]["startup"]
+    assert account["checkpoint"] >= first["time_account"]["checkpoint"] > 0
     assert sum(account[p] for p in PARTS) == pytest.approx(account["wall"], rel=1e-3, abs=1e-2)
     r = subprocess.run(
         [sys.executable, "-m", "rspo", "report", "time", "--runs-dir", str(tmp_path)],

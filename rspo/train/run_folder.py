@@ -14,6 +14,10 @@ read, lives here (``<out>/``):
   folder is written under a temporary name and renamed when complete, so a checkpoint exists
   whole or not at all; the older ones are deleted only after the new one is complete, so the
   newest ``keep`` stay and a save needs room for ``keep + 1`` checkpoints for a moment.
+- ``time_account.json``: the run's time account (rspo.train.time_account) as of the newest
+  checkpoint's end, ``{"step": s, "state": ...}``: written after each save completes and again when
+  a job stops at its time limit, so the save's own time, and a stopping job's time after it, count
+  (a checkpoint is immutable once renamed; the account it carries was taken before it was written).
 - ``final/`` (the final Hugging Face checkpoint) and ``final.json`` (the run's summary), written
   last: a run is complete iff ``final.json`` exists.
 
@@ -98,10 +102,33 @@ class RunFolder:
         for p in done[:-keep]:
             shutil.rmtree(p, ignore_errors=True)
 
+    # ------------------------------------------------------------------ time account
+
+    @property
+    def time_account_path(self) -> Path:
+        return self.out / "time_account.json"
+
+    def write_time_account(self, step: int, state: dict[str, Any]) -> None:
+        """The account as of the end of step ``step``'s checkpoint (written and renamed: never half)."""
+        tmp = self.time_account_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"step": step, "state": state}))
+        tmp.replace(self.time_account_path)
+
+    def time_account(self, step: int) -> dict[str, Any] | None:
+        """The account written for the checkpoint of ``step``, or None (none written, another step's:
+        a killed save's, or an unreadable file)."""
+        try:
+            kept = json.loads(self.time_account_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return kept.get("state") if isinstance(kept, dict) and kept.get("step") == step else None
+
     # ------------------------------------------------------------------ metric lines
 
     def reset_metrics(self) -> None:
+        """A run starting from step 0: no metric lines, no time account of an earlier attempt."""
         self.metrics_path.unlink(missing_ok=True)
+        self.time_account_path.unlink(missing_ok=True)
 
     def truncate_metrics(self, step: int) -> None:
         """Drop metric lines after ``step`` (work after the restored checkpoint is redone)."""

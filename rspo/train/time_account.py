@@ -6,11 +6,13 @@ metric files, progress), per job and summed over the jobs of a resumed run.
 The trainer keeps one ``TimeAccount``: the steps' phases come from each step's ``perf/*_s`` metrics
 (rspo.train.step_metrics), validation and saves are timed where they run, start-up is the time from
 the job's process start (rspo.train.time_limit.job_process_start: under torchrun the launcher's) to
-the run loop, and "other" is the job's wall time less all of these. A checkpoint carries the
-account of the jobs before it, so a run resumed over several jobs reports all of them (the time a
-killed job spent after its last checkpoint is not counted: its steps are redone and counted by the
-job that redoes them; nor is the save that ends a job stopped at its limit, which finishes after the
-account it carries was written). ``final.json`` holds it under ``time_account`` and MLflow as ``time/<part>_s``
+the run loop, and "other" is the job's wall time less all of these. The run folder keeps the
+account as of the newest checkpoint's end (``time_account.json``, rspo.train.run_folder: written
+after each save completes and again when a job stops at its time limit; the checkpoint's own copy,
+taken before the save, is the fallback), and a resumed job adds its own to it, so a run resumed
+over several jobs reports all of them, the saves and a stopped job's end included. The time a
+killed job spent after its last save is not counted: its steps are redone and counted by the job
+that redoes them. ``final.json`` holds it under ``time_account`` and MLflow as ``time/<part>_s``
 metrics; ``rspo report time`` prints it per run and summed over a study.
 """
 

@@ -252,6 +252,7 @@ class Trainer:
         self.time_limit.record_save(seconds)
         self.account.add("checkpoint", seconds)
         if self.dist.is_main:  # the older ones only once the new one is complete
+            self.folder.write_time_account(self.step, self.account.state())
             self.folder.prune_checkpoints(self.cfg.schedule.keep_checkpoints)
         self.dist.barrier()
 
@@ -261,7 +262,8 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         self.collapse.load_state_dict(state["collapse"])
-        self.account.restore(state.get("time_account"))
+        # the account written after the save, when there is one for this step (rspo.train.run_folder)
+        self.account.restore(self.folder.time_account(int(state["step"])) or state.get("time_account"))
         self.step = int(state["step"])
         if self.dist.is_main:  # metric lines written after this checkpoint belong to work that is redone now
             self.folder.truncate_metrics(self.step)
@@ -395,6 +397,8 @@ class Trainer:
             self.tracker.set_tag("stopped", "time limit")
             self.tracker.set_tag("stopped_at_step", self.step)
             self.tracker.end("KILLED")
+        if self.dist.is_main:  # the next job counts this one up to here, its last save included
+            self.folder.write_time_account(self.step, self.account.state())
         # no rank exits before rank 0 has ended its MLflow run: under torchrun the first rank out with
         # exit 75 makes the agent SIGTERM the others, which left the run RUNNING when rank 0 was still
         # inside the tracker's end
