@@ -78,21 +78,39 @@ def interval(diffs: Sequence[float], floor: float = 0.0, level: float = LEVEL) -
     return Estimate(mean, mean - half, mean + half, n, sd, sample, floor)
 
 
+def _norm_sf(x: float) -> float:
+    """scipy.stats.norm.sf(x), computed by the function it calls (scipy.special.ndtr), without the
+    distribution method's argument handling: the same number, ~30x faster per call, which is what the
+    integrals below spend their time on."""
+    from scipy import special
+
+    return float(special.ndtr(-x))
+
+
+def _chi2_pdf(v: float, df: int) -> float:
+    """scipy.stats.chi2.pdf(v, df) for v >= 0, by scipy's own formula (chi2_gen._logpdf) on numpy
+    scalars: the same number, bit for bit (tests/test_inference.py), without the method's overhead."""
+    import numpy as np
+    from scipy import special
+
+    x, k = np.float64(v), np.float64(df)
+    log_pdf = special.xlogy(k / 2.0 - 1, x) - x / 2.0 - special.gammaln(k / 2.0) - (np.log(2) * k) / 2.0
+    return float(np.exp(log_pdf))
+
+
 def _over_sd(f: Callable[[float], float], df: int) -> float:
     """E[f(S)] for S = sqrt(V / df), V ~ chi2(df): the sample SD over the true one, integrated out."""
-    from scipy import integrate, stats
+    from scipy import integrate
 
-    value, _ = integrate.quad(lambda v: f(math.sqrt(v / df)) * float(stats.chi2.pdf(v, df)), 0, math.inf, limit=200)
+    value, _ = integrate.quad(lambda v: f(math.sqrt(v / df)) * _chi2_pdf(v, df), 0, math.inf, limit=200)
     return value
 
 
 def _power_integral(effect: float, se: float, df: int, crit: float) -> float:
     """P(|T| > crit) for T = (Z + effect/se) / S, S as in ``_over_sd`` (what the noncentral t gives,
     where scipy's returns no number)."""
-    from scipy import stats
-
     nc = effect / se
-    return _over_sd(lambda s: float(stats.norm.sf(crit * s - nc)) + float(stats.norm.cdf(-crit * s - nc)), df)
+    return _over_sd(lambda s: _norm_sf(crit * s - nc) + _norm_sf(crit * s + nc), df)
 
 
 def _smallest_effect(power_of: Callable[[float], float], start: float, target: float) -> float:
@@ -142,7 +160,7 @@ def rule_power(effect: float, sd: float, n: int, margin: float, family: int = 1,
     df = n - 1
     crit = float(stats.t.ppf(1 - (1 - level) / 2 / family, df))
     shift = effect * math.sqrt(n) / sd
-    return _over_sd(lambda s: float(stats.norm.sf(max(margin * math.sqrt(n) / sd - shift, crit * s - shift))), df)
+    return _over_sd(lambda s: _norm_sf(max(margin * math.sqrt(n) / sd - shift, crit * s - shift)), df)
 
 
 def rule_mde(sd: float, n: int, margin: float, family: int = 1, target: float = POWER) -> float:
