@@ -143,18 +143,18 @@ def test_the_rules_mde_needs_the_mean_at_the_margin_and_the_family_corrected_tes
 
 
 def test_the_integrals_densities_are_scipys_own_numbers_bit_for_bit():
-    """The power integrals call scipy.special directly (rspo.report.inference._chi2_pdf, _norm_sf) for
+    """The power integrals call scipy.special directly (rspo.report.inference._chi2_density, _norm_sf) for
     speed: the same floats as scipy.stats' chi2.pdf and norm.sf / norm.cdf, so no MDE moves."""
     import random
 
     from scipy import stats
 
-    from rspo.report.inference import _chi2_pdf, _norm_sf
+    from rspo.report.inference import _chi2_density, _norm_sf
 
     rng = random.Random(0)
     for _ in range(2000):
         df = rng.choice([1, 2, 3, 4, 9])
         v = rng.choice([0.0, rng.random() * 1e-6, rng.random(), rng.random() * 60, rng.random() * 3000])
-        assert _chi2_pdf(v, df) == float(stats.chi2.pdf(v, df)), (v, df)
+        assert _chi2_density(df)(v) == float(stats.chi2.pdf(v, df)), (v, df)
         x = rng.gauss(0, 5) * rng.choice([1, 10])
         assert _norm_sf(x) == float(stats.norm.sf(x)) == float(stats.norm.cdf(-x)), x
