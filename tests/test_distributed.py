@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from dist_runs import assert_same_run, metrics, train, weights
+from dist_runs import assert_same_run, count_unit, metrics, train, weights
 from tiny_moe import make_train_assets
 
 from rspo.config import check_world_size, train_config_from_dict
@@ -28,6 +28,21 @@ def single(assets, tmp_path_factory):
     out = tmp_path_factory.mktemp("single") / "run"
     train(assets, out, 1)
     return out
+
+
+def test_a_share_of_a_count_is_compared_within_one_unit_of_its_denominator():
+    """assert_same_run's unit for a share over a threshold: one token of the step's responses (32 of
+    10 tokens: the Intel Xeon's 0.453125 against 0.45625 is one token at gamma_min), one response
+    for an objective that clips whole sequences, none for a continuous value."""
+    config = {"schedule": {"prompts_per_step": 4}, "rollout": {"group_size": 8}, "algorithm": {"algo": "gmpo"}}
+    row = {"response_length/mean": 10.0}
+    unit = count_unit("router/shift_clipfrac", row, config)
+    assert unit == 1 / 320 and abs(0.453125 - 0.45625) <= unit * (1 + 1e-9) < 2 / 320
+    assert count_unit("actor/pg_clipfrac", row, config) == 1 / 320
+    assert count_unit("actor/pg_clipfrac", row, {**config, "algorithm": {"algo": "gspo"}}) == 1 / 32
+    assert count_unit("rollout_corr/routing_agreement", row, config) == 1 / 320
+    assert count_unit("router/shift_ratio_mean", row, config) is None
+    assert count_unit("actor/ppo_kl", row, config) is None
 
 
 @pytest.mark.slow
