@@ -223,8 +223,9 @@ class Syncer:
         key, name = f"pretrain/{model_dir.name}", f"pretrain-{task}"
         tags = {"kind": "pretrain", "task": task, "preset": self.preset, "rspo.key": key}
         work = model_dir.with_name(model_dir.name + ".work")
+        finished = self._time_ms(model_dir / "pretrain.json")
         run = self.find(key, name, "pretrain") or self.create(
-            name, {**source_tags("rspo pretrain"), **tags}, self._time_ms(work / "metrics.jsonl")
+            name, {**source_tags("rspo pretrain"), **tags}, self._pretrain_start_ms(work, summary, finished)
         )
         rows = _read_jsonl(work / "metrics.jsonl")
         last = max((r["step"] for r in rows), default=summary.get("steps", 0))
@@ -236,8 +237,19 @@ class Syncer:
             tags=tags,
             datasets=[(data / "train.jsonl", "training"), (data / "val.jsonl", "validation")],
             metrics=rows,
-            finished_ms=self._time_ms(model_dir / "pretrain.json"),
+            finished_ms=finished,
         )
+
+    def _pretrain_start_ms(self, work: Path, summary: dict, finished: int | None) -> int | None:
+        """When a pretraining started: its metrics file's first write, or, where none is kept (a run
+        archive ships the base model without its .work folder), its end less the wall time its
+        summary records. Without either, a run created now would end before it started (the shipped
+        study's pretraining showed a duration of -640,690 s)."""
+        started = self._time_ms(work / "metrics.jsonl")
+        if started is not None or finished is None:
+            return started
+        wall = summary.get("wall_time_s")
+        return finished - int(1000 * wall) if isinstance(wall, (int, float)) and wall >= 0 else finished
 
     def train(self, folder: Path) -> None:
         from rspo.config import flatten

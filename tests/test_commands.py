@@ -206,6 +206,7 @@ def test_preflight_on_a_machine_without_the_gpu_the_preset_trains_on_says_so(tmp
     assert r.returncode == 2 and len(lines) == 1, lines
     assert lines[0].startswith("rspo preflight: the preset trains on GPUs (model.device: cuda) and ")
     assert "no GPU" in lines[0] or "torch sees no GPU" in lines[0]  # no driver here, or one beside a CPU torch
+    assert "python -m rspo plan-memory --preset " in lines[0]  # what runs here instead
     assert not (tmp_path / "pf").exists()
 
 

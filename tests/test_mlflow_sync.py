@@ -130,6 +130,18 @@ def test_sync_builds_a_store_from_the_files_and_a_second_sync_writes_nothing(ass
     assert "**fig1_reward**" in report.data.tags["mlflow.note.content"]
 
 
+def test_a_pretraining_without_its_metrics_file_starts_its_wall_time_before_it_ended(assets, tmp_path, capsys):
+    """A run archive ships the base model without models/base.work: the pretraining's run starts at its
+    end less the wall time pretrain.json records, never after it ended (it once showed -640,690 s)."""
+    res = results_folder(assets, tmp_path)
+    shutil.rmtree(res / "models" / "base.work")
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    sync(res, uri, capsys)
+    info = runs_by_name(uri)["pretrain-countdown"].info
+    ended = int((res / "models" / "base" / "pretrain.json").stat().st_mtime * 1000)
+    assert (info.start_time, info.end_time) == (ended - 3500, ended)  # wall_time_s 3.5
+
+
 def test_sync_fills_the_run_a_job_left_incomplete_without_making_another(assets, tmp_path, capsys):
     """The job's MLflow run got steps 1-2 only (the store failed after them); a run of an older
     config with the same name exists too. Sync finds the job's run by its key and fingerprint and

@@ -1,5 +1,7 @@
 """`python -m rspo preflight --preset P`: a preset's real training step on one node, cut to a few
 layers, measured per phase beside the plan (`rspo.gpu_memory.preflight`, whose docstring says how).
+It runs where the preset trains: on a GPU node for a `model.device: cuda` preset (without a GPU it
+names `rspo plan-memory`, which plans the same phases on any machine).
 With ``--stage`` (internal) it runs one stage in this process or rank: the library launches the two
 stages through this command."""
 
@@ -28,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-gib",
         type=float,
         default=GPUS["h100-80gb"],
-        help="on a CPU: the GPU the plan is made for (default an H100 80GB as CUDA sees it)",
+        help="the GPU memory (GiB, as CUDA reports it) of the plan printed beside the measurement when the "
+        "step runs on the CPU (a preset with model.device: cpu); on a GPU node the GPU itself is planned for "
+        "(default an H100 80GB)",
     )
     ap.add_argument("--out", default=None, help="a scratch folder (default: a temporary one)")
     ap.add_argument("--stage", choices=preflight.STAGES, default=None, help=argparse.SUPPRESS)
@@ -61,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
 
         usable, line = gpu_check()
         if not usable:
-            print(f"rspo preflight: the preset trains on GPUs (model.device: cuda) and {line}", file=sys.stderr)
+            print(
+                f"rspo preflight: the preset trains on GPUs (model.device: cuda) and {line}. preflight runs the "
+                f"real step on a GPU node; without one (a login node, a laptop), `python -m rspo plan-memory "
+                f"--preset {args.preset} --gpu h100-80gb` plans every phase's memory on the CPU",
+                file=sys.stderr,
+            )
             return 2
         print(f"rspo preflight: {line}", flush=True)
     world = max(1, int(plan.resources("train")["processes"]))
