@@ -14,6 +14,14 @@ set -euo pipefail
 
 MARK="# written by rspo scripts/slurm_local.sh"
 CONF=/etc/slurm/slurm.conf
+GRES_CONF=/etc/slurm/gres.conf
+# GPUs the node declares as a generic resource without real devices (gres.conf: AutoDetect=off), so
+# that SLURM accepts and schedules GPU-asking jobs (--gpus=N) on a machine without GPUs: the
+# workflow's GPU rules run their CPU fallback there (tests/test_slurm.py). SLURM 22.05 drops a GPU
+# without a File from the node's count, so each is a stand-in character device (/dev/null's numbers;
+# nothing opens it: TaskPlugin=task/none constrains no device).
+GPUS=${SLURM_LOCAL_GPUS:-2}
+FAKE_GPU=/var/spool/slurmd/rspo-fake-gpu
 PIDS=(/run/slurmd.pid /run/slurmctld.pid /run/munge/munged.pid)
 
 die() { echo "slurm_local: $2" >&2; exit "$1"; }
@@ -69,8 +77,20 @@ ReturnToService=2
 SlurmdTimeout=60
 MinJobAge=600
 DefMemPerCPU=1000
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=$mem Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
+EOF
+    mkdir -p "$(dirname "$FAKE_GPU")"
+    local i
+    for i in $(seq 0 $((GPUS - 1))); do
+        [ -e "$FAKE_GPU$i" ] || mknod "$FAKE_GPU$i" c 1 3 2>/dev/null || touch "$FAKE_GPU$i"
+    done
+    cat >"$GRES_CONF" <<EOF
+$MARK
+AutoDetect=off
+NodeName=localhost Name=gpu File=$FAKE_GPU[0-$((GPUS - 1))]
 EOF
 }
 
@@ -120,6 +140,9 @@ stop() {
     if [ -f "$CONF" ] && grep -qF "$MARK" "$CONF"; then
         rm -f "$CONF"
         echo "slurm_local: removed $CONF"
+    fi
+    if [ -f "$GRES_CONF" ] && grep -qF "$MARK" "$GRES_CONF"; then
+        rm -f "$GRES_CONF" "$FAKE_GPU"*
     fi
     return 0
 }

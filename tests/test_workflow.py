@@ -284,47 +284,103 @@ exit 1
 """
 
 
-def test_the_cluster_profile_asks_slurm_for_one_node_with_the_presets_gpus_and_threads(ws, tmp_path):
-    """The sbatch line the SLURM plugin builds for a paper train job and a paper evaluation job
-    (a recording `sbatch` first on PATH: no cluster needed): all 8 GPUs on one node (--nodes=1,
-    where torchrun --standalone starts the 8 processes), and the preset's threads as
-    --cpus-per-task. Before: no --nodes (SLURM could spread the GPUs over nodes), and 2 CPUs per
-    task here (the workflow profile's cores: all capped every job at the submit host's cores)."""
+# the preset's resources kind of each rule that may ask for GPUs (workflow/rules/*.smk: res(kind, ...))
+GPU_RULE_KIND = {
+    "pretrain": "pretrain",
+    "prepare_task": "pretrain",
+    "train": "train",
+    "evaluate_countdown": "evaluate",
+    "evaluate_task": "evaluate",
+    "bench": "bench",
+    "bench_speed": "bench",
+}
+PLANNED_JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)+)", re.M)
+
+
+def planned_jobs(dry_run: str) -> list[tuple[str, list[str], list[str], dict[str, str]]]:
+    """(rule, inputs, outputs, resources) of every job a Snakemake dry run prints."""
+    jobs = []
+    for m in PLANNED_JOB.finditer(dry_run):
+        fields = dict(re.findall(r"^    (\w+): (.*)$", m.group(2), re.M))
+        files = {k: [x for x in fields.get(k, "").split(", ") if x] for k in ("input", "output")}
+        resources = dict(x.split("=", 1) for x in fields.get("resources", "").split(", ") if "=" in x)
+        jobs.append((m.group(1), files["input"], files["output"], resources))
+    return jobs
+
+
+def sbatch_lines(ws: Path, tmp_path: Path, preset: str, jobs) -> dict[str, list[str]]:
+    """Submit ``jobs`` through the cluster profile to a recording `sbatch` (first on PATH: no cluster
+    needed; it refuses every job after writing its line down). Their inputs are made as empty files
+    and only their rules are allowed (--allowed-rules), so each is ready to submit at once; a job whose
+    output another one reads goes in a later round. The sbatch lines, by rule."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     for name, text in {"sbatch": FAKE_SBATCH, "sacct": "#!/bin/sh\necho acct\n"}.items():
         (bin_dir / name).write_text(text)
     for name in ("sshare", "sacctmgr"):
         (bin_dir / name).write_text("#!/bin/sh\necho acct\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    res = ws / "results" / "paper_large_math"
-    (res / "data" / "math").mkdir(parents=True)
-    (res / "data" / "math" / "train.jsonl").write_text("")  # inputs exist: only the two jobs are submitted
-    hub = ws / "results" / "hub" / "Qwen--Qwen3-30B-A3B"
-    hub.mkdir(parents=True)
-    (hub / "rspo_snapshot.json").write_text("{}")
-    log = tmp_path / "sbatch.log"
+    log = tmp_path / f"sbatch-{preset}.log"
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SBATCH_LOG=str(log))
     env.pop("MLFLOW_TRACKING_URI", None)
-    targets = [
-        "results/paper_large_math/runs/math-gmpo-rs0.8-s0/final.json",
-        "results/paper_large_math/eval/base/math.json",
-    ]
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "cluster", "--jobs", "2", *targets]
-    r = subprocess.run(
-        [*cmd, "--config", "preset=paper_large_math"], cwd=ws, env=env, text=True, capture_output=True, timeout=300
-    )
-    assert r.returncode != 0 and log.is_file(), r.stdout[-3000:] + r.stderr[-3000:]  # submitted, then refused
-    lines = {("train" if "rule_train" in ln else "evaluate"): ln for ln in log.read_text().splitlines()}
-    plan = Plan.from_file(ROOT / "configs" / "paper_large_math.yaml")
-    for kind, line in lines.items():
-        want = plan.resources(kind)
-        assert "--nodes=1" in line, line[:400]
-        assert f"--gpus={want['gpu']}" in line and want["gpu"] == 8, line[:400]
-        assert f"--cpus-per-task={want['threads']}" in line, line[:400]
-        assert f"--mem {want['mem_mb']}" in line, line[:400]
-    assert set(lines) == {"train", "evaluate"}
+    rounds: list[list] = []
+    for job in jobs:
+        free = next((r for r in rounds if not any(set(job[1]) & set(o[2]) or set(o[1]) & set(job[2]) for o in r)), None)
+        free.append(job) if free is not None else rounds.append([job])
+    for jobs_of_round in rounds:
+        for _, inputs, outputs, _ in jobs_of_round:
+            for f in outputs:
+                (ws / f).unlink(missing_ok=True)
+            for f in inputs:
+                (ws / f).parent.mkdir(parents=True, exist_ok=True)
+                (ws / f).write_text("{}")
+        rules = sorted({rule for rule, *_ in jobs_of_round})
+        targets = [job[2][0] for job in jobs_of_round]
+        # --retries 0: the profile resubmits a refused job up to 10 times
+        cmd = [sys.executable, "-m", "snakemake", "--profile", "cluster", "--jobs", str(len(targets)), "--retries", "0"]
+        cmd += ["--config", f"preset={preset}", "--allowed-rules", *rules, "--", *targets]
+        r = subprocess.run(cmd, cwd=ws, env=env, text=True, capture_output=True, timeout=300)
+        assert r.returncode != 0 and log.is_file(), r.stdout[-3000:] + r.stderr[-3000:]  # submitted, then refused
+    lines: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        rule = re.search(r"rule_(\w+?)_wildcards|rule_(\w+)", line)
+        lines.setdefault(next(g for g in rule.groups() if g), []).append(line)
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["paper_small", "paper_large_math", "paper_large_code"])
+def test_every_gpu_job_of_a_paper_preset_asks_slurm_for_one_task_with_its_gpus_and_threads(ws, tmp_path, preset):
+    """The whole sbatch line the SLURM plugin builds for one job of every GPU-asking rule of the preset
+    (pretrain, train, evaluate, bench): one task (no --ntasks-per-gpu, which made an 8-GPU train job 8
+    tasks of 64 CPUs, 512 CPUs on one node), all the preset's GPUs on one node (--nodes=1, where
+    torchrun --standalone starts the ranks inside that task), CPUs in total (tasks x CPUs per task)
+    equal to the preset's threads, and its memory. Before --nodes=1: SLURM could spread the GPUs over
+    nodes; before the profile's `cores`: 2 CPUs per task here (the submit host's cores)."""
+    r = snakemake(ws, "-n", "--config", f"preset={preset}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs, seen = [], set()
+    for job in planned_jobs(r.stdout + r.stderr):
+        if int(job[3].get("gpu", "0")) > 0 and job[0] not in seen:
+            assert job[0] in GPU_RULE_KIND, f"a new GPU rule {job[0]}: name its resources kind here"
+            seen.add(job[0])
+            jobs.append(job)
+    assert "train" in seen and any(rule.startswith("evaluate") for rule in seen), seen
+    lines = sbatch_lines(ws, tmp_path, preset, jobs)
+    assert set(lines) == seen, (set(lines), seen)
+    plan = Plan.from_file(ROOT / "configs" / f"{preset}.yaml")
+    for rule, submitted in lines.items():
+        want = plan.resources(GPU_RULE_KIND[rule])
+        for line in submitted:
+            flags = dict(re.findall(r"(--[\w-]+)(?:[= ]([^\s-]\S*))?", line))
+            assert "--ntasks-per-gpu" not in flags and "--ntasks-per-node" not in flags, line[:600]
+            tasks = int(flags.get("--ntasks", 1))
+            assert tasks == 1, line[:600]
+            assert flags.get("--nodes") == "1", line[:600]
+            assert int(flags["--gpus"]) == want["gpu"] > 0, line[:600]
+            assert tasks * int(flags["--cpus-per-task"]) == want["threads"], line[:600]
+            assert int(flags["--mem"]) == want["mem_mb"], line[:600]
 
 
 def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):

@@ -124,6 +124,16 @@ def run_fingerprint(run):
     return _FINGERPRINTS[run]
 
 
+# A GPU job is one SLURM task that holds all its GPUs and the preset's threads; torchrun (`rspo launch`)
+# or the engine starts the ranks inside it. The SLURM plugin (2.6.1) asks --ntasks-per-gpu=1 for a job
+# with `gpu` and no `tasks_per_gpu`: 8 tasks of `threads` CPUs each for an 8-GPU job (512 CPUs on one
+# node for a paper train job), which SLURM refuses, or runs the job once per task (the plugin's issue
+# #459). 0 leaves the flag out, and sbatch gives the job one task. Set on every rule that can ask for
+# GPUs; CPU jobs ignore it (the plugin asks them --ntasks=1). A site overrides it per rule with the
+# profile's set-resources (docs/cluster.md).
+ONE_TASK_PER_JOB = 0
+
+
 def res(kind, key):
     """Resource `key` for jobs of kind `kind`; the preset's `resources` mapping overrides
     plan.DEFAULT_RESOURCES."""
@@ -144,12 +154,16 @@ def stop_margin():
     return float(config.get("stop_margin_min", 10))
 
 
-def bench_threads():
+def bench_threads(wildcards):
     """Scheduling threads of the benchmark: every local core, so that it runs alone (two torch
-    jobs on a small machine slow each other down ~50x); on a cluster its own job's threads."""
+    jobs on a small machine slow each other down ~50x); on a cluster its own job's threads.
+    Evaluated per job, once the executor is known: while the Snakefile is read Snakemake has no
+    executor yet and calls every run local, so a value computed then asked SLURM for the cluster
+    profile's `cores` (--cpus-per-task=4096) for each benchmark job."""
     n = res("bench", "threads")
     cores = workflow.resource_settings.cores
-    return max(n, cores) if workflow.local_exec and isinstance(cores, int) else n
+    local = workflow.local_exec and not workflow.remote_exec
+    return max(n, cores) if local and isinstance(cores, int) else n
 
 
 # ---------------------------------------------------------------------------- models and data

@@ -19,6 +19,7 @@ rule evaluate_countdown:
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
         nodes=1,
+        tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("evaluate"),
@@ -47,6 +48,7 @@ rule evaluate_task:
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
         nodes=1,
+        tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("evaluate"),
@@ -72,12 +74,13 @@ rule bench:
         f"{R}/logs/bench.log",
     conda:
         ENV_TORCH
-    threads: bench_threads()
+    threads: bench_threads
     resources:
         mem_mb=res("bench", "mem_mb"),
         runtime=res("bench", "runtime"),
         gpu=res("bench", "gpu"),
         nodes=1,
+        tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("bench"),
@@ -103,12 +106,13 @@ rule bench_speed:
         f"{R}/logs/speed.log",
     conda:
         ENV_TORCH
-    threads: bench_threads()
+    threads: bench_threads
     resources:
         mem_mb=res("bench", "mem_mb"),
         runtime=res("bench", "runtime"),
         gpu=res("bench", "gpu"),
         nodes=1,
+        tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("bench"),

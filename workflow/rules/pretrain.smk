@@ -44,6 +44,7 @@ else:
             runtime=res("pretrain", "runtime"),
             gpu=res("pretrain", "gpu"),
             nodes=1,
+            tasks_per_gpu=ONE_TASK_PER_JOB,
         params:
             preset=PRESET_FILE,
             preset_digest=preset_digest("pretrain"),
@@ -72,6 +73,7 @@ rule pretrain_task:
         runtime=res("pretrain", "runtime"),
         gpu=res("pretrain", "gpu"),
         nodes=1,
+        tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
         preset=PRESET_FILE,
         preset_digest=preset_digest("pretrain"),

@@ -27,6 +27,7 @@ rule train:
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
         nodes=1,
+        tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
         preset=PRESET_FILE,
         preset_digest=lambda wildcards: run_fingerprint(wildcards.run),
