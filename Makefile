@@ -34,6 +34,10 @@ LOCKS := envs/locks
 # build machines keep the wheel on disk), else PyTorch's CPU index page (uv reads no pip configuration;
 # TORCH_FIND_LINKS=<folder or page> to choose).
 TORCH_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null),https://download.pytorch.org/whl/cpu/torch/)
+# where the CPU torch comes from, for a script or a test that installs it as make does
+torch-find-links:
+	@echo $(TORCH_FIND_LINKS)
+
 # --python-preference only-system: uv never downloads a Python of its own
 UV_SYNC = pip sync --quiet --require-hashes --python-preference only-system
 UV_PIP = pip install --quiet --python-preference only-system
@@ -49,7 +53,7 @@ endef
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
 	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
-.PHONY: venv venv-vllm venv-gpu lock sandbox test test-fast test-vllm test-race main main-full base piece figures smoke bench lint mlflow-ui readme-tables clean-venv
+.PHONY: venv venv-vllm venv-gpu lock torch-find-links sandbox test test-fast test-vllm test-race main main-full base piece figures figure smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -171,6 +175,22 @@ FULL ?= false
 # --quiet rules: the unpack job's description would list every unpacked file on one ~20 KB line
 figures: venv
 	$(BIN)/snakemake --cores $(CORES) --quiet rules --config preset=$(PRESET) archive=$(ARCHIVE) full=$(FULL)
+
+# One table or figure redrawn (FIG=<its target>, e.g. fig4_plugin or table_countdown): from your own runs when
+# results/$(PRESET)/runs exists, else from the shipped run archive into results/$(PRESET)-archive (as
+# make figures); never a train job. Forced, so a change of the plotting code shows.
+FIG ?=
+figure: venv
+	@test -n "$(FIG)" || { echo "make figure: say which, e.g. make figure FIG=fig4_plugin (make figures builds them all)"; exit 2; }
+	@if [ -d results/$(PRESET)/runs ]; then \
+		echo "make figure: $(FIG) from your runs (results/$(PRESET)/runs)"; \
+		$(BIN)/snakemake --cores $(CORES) --quiet rules --config preset=$(PRESET) --forcerun $(FIG) \
+			--allowed-rules $(FIG) -- $(FIG); \
+	else \
+		echo "make figure: $(FIG) from the shipped runs ($(ARCHIVE)) into results/$(PRESET)-archive"; \
+		$(BIN)/snakemake --cores $(CORES) --quiet rules --config preset=$(PRESET) archive=$(ARCHIVE) full=$(FULL) \
+			--forcerun $(FIG) -- $(FIG); \
+	fi
 
 smoke: venv sandbox
 	$(BIN)/snakemake --cores $(CORES) --config preset=smoke

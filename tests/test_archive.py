@@ -425,6 +425,36 @@ def test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte(figur
 
 
 @pytest.mark.slow
+def test_make_figure_redraws_one_shipped_figure_byte_for_byte_without_training(figures_clone):
+    """`make figure FIG=fig4_plugin` (the README's way to redraw one) on a clone without runs of its
+    own: that figure's job alone, forced, from the unpacked shipped runs; the same bytes as committed."""
+    clone, _ = figures_clone
+    r = subprocess.run(
+        [
+            "make",
+            "-o",
+            ".venv/.installed",
+            "figure",
+            "FIG=fig4_plugin",
+            f"BIN={Path(sys.executable).parent}",
+            "CORES=2",
+        ],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "from the shipped runs" in out and job_counts(out) == {"fig4_plugin": 1, "total": 1}, out[-3000:]
+    committed = ROOT / "docs" / "results" / "small" / "figures"
+    for name in ("fig4_plugin.pdf", "fig4_plugin.png"):
+        built = clone / "results" / "small-archive" / "figures" / name
+        assert built.read_bytes() == (committed / name).read_bytes(), name
+
+
+@pytest.mark.slow
 def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_path):
     """What `make mlflow-ui` does right after a clone: the archive's runs (after `make figures`)
     recorded by `mlflow-sync` into the local store; `mlflow ui` in headless Chromium then lists

@@ -420,3 +420,75 @@ def test_two_gloo_processes_train_and_log_the_router_metrics(tmp_path):
         assert any(r["router/shift_ratio_mean"] < 1.0 for r in rows)  # the second update of a generation moved
         per_rank.append([(r["router/shift_ratio_mean"], r["router/shift_clipfrac"]) for r in rows])
     assert per_rank[0] == per_rank[1]  # one value for the job: both ranks' tokens counted
+
+
+@pytest.mark.slow
+def test_the_documented_install_beside_trl_alone_runs_the_example_and_rs_acts(tmp_path):
+    """docs/trl.md's two install lines in an empty venv (the repository without its dependencies,
+    then TRL 1.16.0 with what it needs; versions held to the main lock, installed by uv), then the
+    page's example run there from a folder of its own: no Snakemake, MLflow, math-verify or
+    matplotlib in the venv, RS floors tokens at gamma_min at some logging step (shift_clipfrac > 0),
+    and nothing is written into the working folder."""
+    import re
+    import shutil
+
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.exists():
+        pytest.skip("uv is not in this venv (make venv installs it from envs/locks/uv.txt)")
+    lock = ROOT / "envs" / "locks" / "main.txt"
+    src = tmp_path / "src"  # the repository's package, copied: a build would write into the checkout
+    shutil.copytree(ROOT / "rspo", src / "rspo", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    pip = [
+        str(uv),
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        str(python),
+        "-c",
+        str(lock),
+        "--build-constraint",
+        str(lock),
+    ]
+    torch_from = subprocess.run(["make", "-s", "torch-find-links"], cwd=ROOT, capture_output=True, text=True).stdout
+    pip += ["--find-links", torch_from.strip()]  # the CPU torch where make venv takes it from
+    for cmd in (
+        [str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)],
+        [*pip, "--no-deps", str(src)],
+        [*pip, "trl==1.16.0", f"torch=={torch.__version__}"],
+    ):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, (cmd, r.stderr[-3000:])
+    names = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m; print(' '.join(d.metadata['Name'].lower() for d in m.distributions()))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not {"snakemake", "mlflow", "math-verify", "matplotlib", "seaborn"} & set(names), sorted(names)
+    assert {"rspo", "trl", "torch", "transformers"} <= set(names)
+    example = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "trl.md").read_text(), re.S).group(1)
+    here = tmp_path / "cwd"
+    here.mkdir()
+    (tmp_path / "example.py").write_text(example)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    r = subprocess.run(
+        [str(python), str(tmp_path / "example.py")],
+        cwd=here,
+        env={**env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    clip = [float(x) for x in re.findall(r"router/shift_clipfrac ([0-9.]+)", r.stdout)]
+    assert clip and max(clip) > 0, r.stdout[-2000:]
+    assert not list(here.iterdir())  # it wrote into its temporary folder only

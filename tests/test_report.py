@@ -306,6 +306,9 @@ def test_read_metrics_last_value_wins_and_bad_lines_fail(tmp_path):
     p.write_text('{"a": 1.0}\n')
     with pytest.raises(ValueError, match="step"):
         read_metrics(p)
+    # a missing run names the two ways to get one: train it, or the shipped runs (make figures / make figure)
+    with pytest.raises(FileNotFoundError, match=r"missing metrics file: .*make figures.*make figure FIG=<name>"):
+        read_metrics(tmp_path / "absent" / "metrics.jsonl")
 
 
 # ---------------------------------------------------------------------------- tables

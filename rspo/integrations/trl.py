@@ -87,7 +87,8 @@ try:
     from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
 except ImportError as e:  # pragma: no cover - the optional extra
     raise ImportError(
-        f"rspo.integrations.trl needs TRL {TESTED_TRL}, an optional dependency: pip install -e '.[trl]'"
+        f"rspo.integrations.trl needs TRL {TESTED_TRL}, an optional dependency: pip install 'trl=={TESTED_TRL}' "
+        "(docs/trl.md; the repository's `make venv` has it)"
     ) from e
 
 

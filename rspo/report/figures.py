@@ -85,7 +85,10 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     """metrics.jsonl -> one row per step (later lines win for a repeated step), columns = keys."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"missing metrics file: {path}")
+        raise FileNotFoundError(
+            f"missing metrics file: {path} (train the run first, or draw from the shipped runs: `make figures` "
+            "unpacks them into results/<preset>-archive/runs, `make figure FIG=<name>` redraws one from there)"
+        )
     rows: dict[int, dict[str, float]] = {}
     for i, rec in iter_jsonl(path):
         step = rec.get("step")
