@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from rspo.commands import plan_memory as cli
+from rspo.gpu_memory import advice as MA
 from rspo.gpu_memory import plan as MP
 from rspo.gpu_memory import verdict as MV
 from rspo.gpu_memory.shape import PlanError, model_shape
@@ -102,10 +103,18 @@ def test_a_plan_that_does_not_fit_names_the_phase_and_the_settings(tmp_path):
     del preset["rl"]["schedule"]["max_tokens_per_micro_batch"]
     path = tmp_path / "oversized.yaml"
     path.write_text(yaml.safe_dump(preset))
-    s = MV.summary("oversized", "h100-80gb", MP.plan_preset(str(path), MP.GPUS["h100-80gb"]))
+    plans = MP.plan_preset(str(path), MP.GPUS["h100-80gb"])
+    s = MV.summary("oversized", "h100-80gb", plans)
     assert not s["fits"] and s["peak_phase"] == "update" and s["peak_gib"] > 400
     assert "weights 56.9 at tensor parallel 1" in s["engine"]
-    assert "max_tokens_per_micro_batch" in MV.advice(s)
+    assert "`rspo plan-memory` ranks the settings" in MV.advice(s)  # the workflow's message points there
+    # each setting not at its limit, planned alone: a token budget of one row and a wider engine help
+    s["advice"] = MA.rank(str(path), MP.GPUS["h100-80gb"], "results/hub", [], 0, plans)
+    labels = [c["set"] for c in s["advice"]["changes"]]
+    saved = [c["saved_gib"] for c in s["advice"]["changes"]]
+    assert "schedule.max_tokens_per_micro_batch=9216" in labels  # (a wider engine lowers no phase's peak here)
+    assert saved == sorted(saved, reverse=True) and min(saved) > 0
+    assert "schedule.max_tokens_per_micro_batch=9216 (-" in MV.advice(s)
     r = subprocess.run(
         [sys.executable, "-m", "rspo", "plan-memory", "--preset", str(path), "--gpu", "nope"],
         capture_output=True,
@@ -115,15 +124,17 @@ def test_a_plan_that_does_not_fit_names_the_phase_and_the_settings(tmp_path):
 
 
 def test_the_command_says_its_verdict_first_and_exits_1_when_a_preset_does_not_fit(capsys):
-    """paper_large_math on a 40 GiB card: 'does not fit', by how much, the workflow's advice and the
-    host memory per node, first and again under the terms; exit 1; the JSON line stays last."""
+    """paper_large_math on a 40 GiB card: 'does not fit', by how much, the ranked advice and the
+    host memory per node, first and again under the terms (the budget line above it); exit 1; the
+    JSON line stays last."""
     preset = str(ROOT / "configs" / "paper_large_math.yaml")
     assert cli.main(["--preset", preset, "--gpu-gib", "40"]) == 1
     lines = capsys.readouterr().out.strip().splitlines()
     first = lines[0]
     assert first.startswith("does not fit (35.9 GiB over): the update phase of task math needs 75.9 GiB per GPU")
-    assert "max_tokens_per_micro_batch" in first and "host memory per node: 455.0 of 878.9 GiB" in first
+    assert "model.cpu_offload=true (-" in first and "host memory per node: 455.0 of 878.9 GiB" in first
     assert lines[-2] == first and json.loads(lines[-1])["fits"] is False
+    assert lines[-3].startswith("budget: 12 runs x 8 GPUs")
     assert cli.main(["--preset", preset, "--gpu", "h100-80gb"]) == 0
     fits = capsys.readouterr().out.splitlines()[0]
     assert fits.startswith("fits: the peak is the evaluation phase of task math, 76.31 of 79.19 GiB per GPU")
@@ -180,3 +191,50 @@ def test_the_terms_are_what_the_trainer_allocates():
     assert terms["old-router caches (node)"] == cache.nbytes
     state = {t.name: t.bytes for t in plan.phase("rollout").terms}
     assert state["fp32 parameter shards"] == 4 * shape.params and state["Adam moments (fp32)"] == 8 * shape.params
+
+
+def test_plan_memory_at_40_gib_suggests_no_setting_at_its_limit_and_names_what_fits():
+    """paper_large_math on a 40 GiB card: the preset already checkpoints, chunks the logits, puts the
+    engine to sleep, spreads it over the node's 8 GPUs and runs one row per micro-batch, so the advice
+    names none of those; CPU offload alone leaves the host short, 16 GPUs alone the GPU: only the two
+    together fit, and the advice says so. `--set` and `--gpus` try that without editing the preset."""
+    preset = str(ROOT / "configs" / "paper_large_math.yaml")
+
+    def run(*extra):
+        r = subprocess.run(
+            [sys.executable, "-m", "rspo", "plan-memory", "--preset", preset, "--gpu-gib", "40", *extra],
+            capture_output=True,
+            text=True,
+        )
+        return r.returncode, r.stdout.splitlines()[0], json.loads(r.stdout.strip().splitlines()[-1])
+
+    rc, first, s = run()
+    assert rc == 1 and not s["fits"]
+    labels = [c["set"] for c in s["advice"]["changes"]]
+    at_limit = ("gradient_checkpointing", "logits_chunk_tokens", "vllm_sleep", "tensor_parallel_size")
+    assert not any(k in label for label in labels for k in (*at_limit, "max_tokens_per_micro_batch")), labels
+    assert labels[0] == "model.cpu_offload=true" and labels[1].startswith("16 GPUs (2 nodes")
+    assert not any(c["fits"] for c in s["advice"]["changes"]) and s["advice"]["together"]["fits"]
+    assert s["advice"]["only"] and "only CPU offload or more GPUs can make it fit" in first
+    rc, first, s = run("--set", "model.cpu_offload=true", "--gpus", "16")
+    assert rc == 0 and s["fits"] and first.startswith("fits:"), first
+
+
+def test_the_budget_line_counts_runs_gpus_hours_and_disk():
+    """plan-memory's budget: 12 RL runs of 8 GPUs for paper_large_math, at least the rollout's decoding
+    floor times the steps per run on an H100, and the disk of the checkpoints each keeps (fp32 weights
+    and Adam's two moments: 12 B per parameter) and its final model."""
+    from rspo.gpu_memory.budget import budget, budget_line
+    from rspo.gpu_memory.rollout_time import rollout_time
+
+    preset = str(ROOT / "configs" / "paper_large_math.yaml")
+    plans = MP.plan_preset(preset, MP.GPUS["h100-80gb"])
+    b = budget(preset, plans, gpu="h100-80gb")
+    p = plans[0]
+    floor_h = rollout_time(p, "h100-80gb").seconds * p.cfg.schedule.total_steps / 3600
+    assert (b["runs"], b["gpus_per_run"], b["job_h"]) == (12, 8, 72.0)
+    assert b["run_h_floor"] == {"math": round(floor_h, 1)} and b["gpu_hours_floor"] == round(12 * 8 * floor_h)
+    disk = 12 * p.model.params * (12 * p.cfg.schedule.keep_checkpoints + p.model.ckpt_bytes) / MP.GIB
+    assert b["disk_gib"] == round(disk) and b["host_gib_per_node"] == round(max(pl.host_peak for pl in plans) / MP.GIB)
+    assert budget_line(b).startswith("budget: 12 runs x 8 GPUs, math at least ")
+    assert budget(preset, plans, gpus=16)["gpus_per_run"] == 16

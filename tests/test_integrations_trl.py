@@ -489,6 +489,6 @@ def test_the_documented_install_beside_trl_alone_runs_the_example_and_rs_acts(tm
         timeout=900,
     )
     assert r.returncode == 0, r.stderr[-4000:]
-    clip = [float(x) for x in re.findall(r"router/shift_clipfrac ([0-9.]+)", r.stdout)]
+    clip = [float(x) for x in re.findall(r"'shift_clipfrac': ([0-9.]+)", r.stdout)]
     assert clip and max(clip) > 0, r.stdout[-2000:]
     assert not list(here.iterdir())  # it wrote into its temporary folder only

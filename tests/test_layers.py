@@ -66,6 +66,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.gpu_memory.shape",
             "rspo.gpu_memory.plan",
             "rspo.gpu_memory.verdict",
+            "rspo.gpu_memory.advice",
+            "rspo.gpu_memory.budget",
             "rspo.gpu_memory.rollout_time",
             "rspo.gpu_memory.flops",
             "rspo.gpu_memory.driver",

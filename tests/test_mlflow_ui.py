@@ -95,3 +95,33 @@ def test_mlflow_ui_opens_on_the_runs_table_with_datasets_and_sources(tmp_path):
     assert "No data available" not in html  # not the GenAI traces overview
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 20_000
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "mlartifacts").exists()
+
+
+@pytest.mark.slow
+def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
+    """`rspo mlflow-ui` prints the runs table's address once the server answers, as its last lines
+    (a JSON record, then the address in words), and the server logs no line per HTTP request unless
+    --access-log is given (a first visit printed 145 such lines of 166)."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    uri, _ = smoke_like_store(tmp_path / "store")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--uri", uri, "--experiment", "rspo-smoke", "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())
+        second = proc.stdout.readline()
+        assert second.startswith(f"rspo mlflow-ui: open {first['ui']}"), second
+        for path in ("/health", "/", "/health"):  # the server answers at once: it was up before the address
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10).close()
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert not out.strip(), out  # nothing after the address
+    assert '"GET /' not in err, err[-2000:]

@@ -402,6 +402,8 @@ def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):
     assert snakemake(ws, "-n", "--config", "preset=oversized", "skip_memory_check=true").returncode == 0
     r = snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu=h200-141gb")
     assert r.returncode == 0, r.stderr[-2000:]
+    # a plan that fits says so in one line before the jobs
+    assert "memory plan of preset paper_large_math: fits " in r.stderr and " GiB per GPU on h200-141gb" in r.stderr
     # any other card by its memory: a 40 GiB card is refused with the plan-memory flag to rerun
     r = snakemake(ws, "-n", "--config", "preset=paper_large_math", "gpu_gib=40")
     assert r.returncode != 0 and "40.0 GiB are on 40gib" in r.stdout + r.stderr

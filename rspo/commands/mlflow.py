@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -92,9 +94,11 @@ def init_main(argv: list[str] | None = None) -> int:
 def ui_main(argv: list[str] | None = None) -> int:
     """`python -m rspo mlflow-ui --preset small`: `mlflow ui` on the preset's store, opened on the runs table.
 
-    Prints the address of the experiment's runs table (with ``workflowType=machine_learning``, the
-    parameter the MLflow 3.17 UI reads to pick its "Model training" view), then runs ``mlflow ui``
-    in the foreground on the preset's store (Ctrl-C stops it)."""
+    Runs ``mlflow ui`` on the preset's store in the foreground (Ctrl-C stops it), without its HTTP
+    request log (one line per request, 145 of the 166 lines a first visit printed; --access-log
+    keeps it) and with its own output on stderr; once the server answers, prints the address of the
+    experiment's runs table last (with ``workflowType=machine_learning``, the parameter the MLflow
+    3.17 UI reads to pick its "Model training" view): a JSON line, then the address in words."""
     ap = argparse.ArgumentParser(prog="rspo mlflow-ui", description=ui_main.__doc__)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="configs/<p>.yaml or a preset name (small, smoke, ...)")
@@ -110,6 +114,7 @@ def ui_main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     ap.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
+    ap.add_argument("--access-log", action="store_true", help="keep the server's log line of every HTTP request")
     args = ap.parse_args(argv)
     if args.preset:
         try:
@@ -146,19 +151,43 @@ def ui_main(argv: list[str] | None = None) -> int:
     ]
     if path is not None:  # artifacts next to the store, never ./mlartifacts in the cwd
         cmd += ["--default-artifact-root", (path.parent / "artifacts").resolve().as_uri()]
-    print(
-        json.dumps(
-            {
-                "experiment": experiment,
-                "experiment_id": exp_id,
-                "tracking_uri": uri,
-                "ui": experiment_url(exp_id, f"http://{args.host}:{args.port}"),
-            }
-        ),
-        flush=True,
-    )
-    os.execv(sys.executable, cmd)
-    return 0  # pragma: no cover - execv does not return
+    if not args.access_log:
+        cmd += ["--uvicorn-opts", "--no-access-log"]
+    url = experiment_url(exp_id, f"http://{args.host}:{args.port}")
+    proc = subprocess.Popen(cmd, stdout=sys.stderr)
+    # a SIGTERM to this process alone (a job scheduler, `kill`) stops the server too
+    signal.signal(signal.SIGTERM, lambda *_: (proc.terminate(), sys.exit(128 + signal.SIGTERM)))
+    try:
+        if not _serving(f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}", proc):
+            print(f"rspo mlflow-ui: mlflow ui stopped before it answered (exit {proc.wait()})", file=sys.stderr)
+            return 1
+        record = {"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri, "ui": url}
+        print(json.dumps(record), flush=True)
+        print(f"rspo mlflow-ui: open {url}  (Ctrl-C stops the server)", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:  # a terminal's Ctrl-C reached the server too; a SIGINT to this process alone did not
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+def _serving(base: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> bool:
+    """Whether the server at ``base`` answers /health before ``proc`` exits (or the time runs out)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
 
 
 def sync_main(argv: list[str] | None = None) -> int:

@@ -5,15 +5,21 @@ GPU hour is spent (rspo.gpu_memory.plan; the simulation: rspo.gpu_memory.simulat
     python -m rspo plan-memory --preset configs/paper_large_math.yaml --gpu h100-80gb
     python -m rspo plan-memory --preset configs/paper_small.yaml --gpu-gib 40
     python -m rspo plan-memory --preset configs/paper_large_math.yaml --simulate [--layers 4]
+    python -m rspo plan-memory --preset configs/paper_large_math.yaml --gpu-gib 40 --set model.cpu_offload=true
 
 It prints its verdict first, in words: whether the preset fits, its peak phase and by how much it
-is over or under, the workflow's advice when it does not fit, and the host memory per node against
-``resources.train.mem_mb``. Then, per task of the preset and per phase (resume, engine start, rollout, old pass, update,
+is over or under, when it does not fit each setting not already at its limit planned alone and
+ranked by the GiB it saves, saying when only CPU offload or more GPUs can help and what fits
+(rspo.gpu_memory.advice), and the host memory per node against ``resources.train.mem_mb``. ``--set``
+tries a setting and ``--gpus`` a GPU count without editing the preset. Then, per task of the preset
+and per phase (resume, engine start, rollout, old pass, update,
 optimizer step, sync, KV wake, checkpoint save, evaluation), each term in GiB with its formula,
 then the floor of each run's rollout time on a named GPU (rspo.gpu_memory.rollout_time: decoding at
 the memory-bandwidth roof, full-length responses), then one JSON line: ``{"preset", "gpu", "fits",
 "peak_gib", "peak_phase", "peak_task", "limit_gib", "phases": {phase: GiB}, "host_peak_gib", ...,
-"rollout_s_floor": {task: s}}``. ``--simulate`` also runs the trainer's own step on
+"rollout_s_floor": {task: s}, "advice", "budget"}``, the budget line before it: what the
+preset's runs cost (rspo.gpu_memory.budget: jobs x GPUs x hours, GPU-hours, disk, host memory per
+node). ``--simulate`` also runs the trainer's own step on
 fake tensors (rspo.gpu_memory.simulate; torchrun presets) and prints each phase's simulated peak
 beside the plan's tensor terms; the JSON line then carries ``"simulated": {phase: GiB}`` and
 ``"planned_tensors": {phase: GiB}`` (the same phases; with ``--layers`` both are of the model cut to
@@ -31,7 +37,10 @@ import json
 import math
 import sys
 
+from rspo.commands import add_overrides
 from rspo.config import ConfigError
+from rspo.gpu_memory.advice import rank
+from rspo.gpu_memory.budget import budget, budget_line
 from rspo.gpu_memory.plan import GPUS, PlanError, plan_preset
 from rspo.gpu_memory.rollout_time import rollout_time
 from rspo.gpu_memory.verdict import render, summary, verdict
@@ -54,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the trainer's own step on fake tensors (rspo.gpu_memory.simulate; torchrun presets)",
     )
     ap.add_argument("--layers", type=int, default=0, help="--simulate: cut the model to this many decoder layers")
+    add_overrides(ap, "try a setting without editing the preset: an rl override, as rspo train --set")
+    ap.add_argument(
+        "--gpus", type=int, default=0, help="the train job's GPUs (data-parallel ranks) instead of the preset's"
+    )
     args = ap.parse_args(argv)
     if args.gpu_gib is not None:
         gpu, gib = f"{args.gpu_gib:g}gib", args.gpu_gib
@@ -67,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     try:
-        plans = plan_preset(args.preset, gib, args.hub_dir)
+        plans = plan_preset(args.preset, gib, args.hub_dir, overrides=args.overrides, gpus=args.gpus)
+        s = summary(Preset.load(args.preset).name, gpu, plans)
+        if not s["fits"]:  # what would fit: each setting not at its limit, ranked by GiB saved
+            s["advice"] = rank(args.preset, gib, args.hub_dir, args.overrides, args.gpus, plans)
     except (PlanError, ConfigError, FileNotFoundError) as e:
         print(f"rspo plan-memory: {e}", file=sys.stderr)
         return 2
-    s = summary(Preset.load(args.preset).name, gpu, plans)
+    s["budget"] = budget(args.preset, plans, args.gpus, gpu if gpu in GPUS else "")
     rollouts = [(p, rollout_time(p, gpu)) for p in plans]
     s["rollout_s_floor"] = {}
     for p, r in rollouts:
@@ -100,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 flag = "" if abs(off) <= AGREEMENT else f"  <- differs by {off:+.1%}"
                 print(f"  {ph:16s} {plan:8.2f} {got:8.2f} {off:+7.1%}{flag}")
     if not args.json_only:
+        print(budget_line(s["budget"]))
         print(verdict(s))  # again under the terms, where a terminal leaves the reader
     print(json.dumps(s))
     return 0 if s["fits"] else 1

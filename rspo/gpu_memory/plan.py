@@ -522,19 +522,23 @@ def preset_setup(preset: dict[str, Any], gpu_gib: float) -> Setup:
     )
 
 
-def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") -> list[RunPlan]:
-    """One RunPlan per task and distinct memory-relevant run config of the preset's grid."""
+def plan_preset(
+    preset_path: str, gpu_gib: float, hub_dir: str = "results/hub", overrides=(), gpus: int = 0
+) -> list[RunPlan]:
+    """One RunPlan per task and distinct memory-relevant run config of the preset's grid, with the
+    ``overrides`` (``key=value`` of the rl config, as `rspo train --set`) and, with ``gpus``, a train
+    job of that many GPUs (data-parallel ranks; a node holds at most as many as the preset's job asks)."""
     from rspo.grid import train_config
     from rspo.plan import Plan
 
-    preset = load_preset(preset_path)
+    preset = with_gpus(load_preset(preset_path), gpus) if gpus else load_preset(preset_path)
     plan = Plan(preset)
     setup = preset_setup(preset, gpu_gib)
     out: list[RunPlan] = []
     shapes: dict[str, ModelShape] = {}
     seen = set()
     for run in plan.runs.values():
-        cfg = train_config(plan.spec, run)  # the Run in hand: no lookup by name
+        cfg = train_config(plan.spec, run, list(overrides))  # the Run in hand: no lookup by name
         key = (run.task, cfg.algorithm.routing, cfg.model.path)
         if key in seen:
             continue
@@ -543,6 +547,18 @@ def plan_preset(preset_path: str, gpu_gib: float, hub_dir: str = "results/hub") 
             path = plan.hub_model(run.task) or cfg.model.path
             shapes[cfg.model.path] = model_shape(path, plan.spec, run.task, hub_dir)
         out.append(plan_run(cfg, shapes[cfg.model.path], setup, run.task))
+    return out
+
+
+def with_gpus(preset: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """The preset with a train job of ``gpus`` ranks: resources.train.processes, and its GPUs per
+    node capped at what the preset's job asks (more ranks than that are more nodes)."""
+    import copy
+
+    out = copy.deepcopy(preset)
+    train = out.setdefault("resources", {}).setdefault("train", {})
+    per_node = int(train.get("gpu") or gpus)
+    train.update(processes=gpus, gpu=min(gpus, per_node))
     return out
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from rspo.gpu_memory.plan import GIB, RunPlan
 
-__all__ = ["advice", "render", "summary", "verdict"]
+__all__ = ["advice", "fit_line", "render", "summary", "verdict"]
 
 
 def summary(preset_name: str, gpu: str, plans: list[RunPlan]) -> dict[str, Any]:
@@ -72,15 +72,24 @@ def verdict(s: dict[str, Any]) -> str:
     return f"does not fit{by}: {advice(s)}; {host}"
 
 
+def fit_line(s: dict[str, Any]) -> str:
+    """One line for a plan that fits (a dry run's verdict): 'fits X of Y GiB on Z'."""
+    where = f"(peak: {s['peak_phase']}, task {s['peak_task']})"
+    return f"fits {s['peak_gib']} of {s['limit_gib']} GiB per GPU on {s['gpu']} {where}"
+
+
 def advice(s: dict[str, Any]) -> str:
     """What to change when a plan does not fit (the workflow's message)."""
     if s.get("host", "ok") != "ok" and s["peak_gib"] <= s["limit_gib"] and s.get("engine", "ok") == "ok":
         return f"the train job {s['host']}, resources.train.mem_mb gives {s['host_limit_gib']} GiB: raise it"
     if s.get("engine", "ok") != "ok" and s["peak_gib"] <= s["limit_gib"]:
         return f"{s['engine']} on {s['gpu']}: raise rollout.tensor_parallel_size or rollout.vllm_gpu_memory_utilization"
-    return (
+    said = (
         f"the {s['peak_phase']} phase of task {s['peak_task']} needs {s['peak_gib']} GiB per GPU, {s['limit_gib']} GiB "
-        f"are on {s['gpu']}: lower schedule.max_tokens_per_micro_batch, set model.logits_chunk_tokens and "
-        "model.gradient_checkpointing, raise rollout.tensor_parallel_size, set rollout.vllm_sleep, lower "
-        "rollout.vllm_gpu_memory_utilization or set model.cpu_offload"
     )
+    said += f"are on {s['gpu']}"
+    if "advice" in s:  # plan-memory planned each setting not at its limit (rspo.gpu_memory.advice)
+        from rspo.gpu_memory.advice import ranked_advice
+
+        return f"{said}; {ranked_advice(s['advice'], s['limit_gib'])}"
+    return f"{said}: `rspo plan-memory` ranks the settings not at their limit by the GiB each saves"

@@ -205,7 +205,7 @@ def _check_memory():
     the phase, the numbers and the settings to change (rspo/gpu_memory/plan.py). `--config
     skip_memory_check=true` runs it anyway."""
     from rspo.gpu_memory.plan import GPUS, plan_preset
-    from rspo.gpu_memory.verdict import advice, summary
+    from rspo.gpu_memory.verdict import advice, fit_line, summary
 
     if "gpu_gib" in config:  # a number > 0 (workflow/schemas/config.schema.yaml)
         if "gpu" in config:
@@ -227,10 +227,13 @@ def _check_memory():
     ):
         return
     s = summary(P, gpu, plan_preset(PRESET_FILE, gib, HUB_DIR))
-    if not s["fits"]:
+    if s["fits"]:  # one line, before the jobs (a dry run's answer to "will it fit")
+        print(f"memory plan of preset {P}: {fit_line(s)}", file=sys.stderr)
+    else:
         raise WorkflowError(
             f"memory plan of preset {P}: {advice(s)}. `python -m rspo plan-memory --preset {PRESET_FILE} "
-            f"{flag}` shows every term; `--config skip_memory_check=true` runs the preset anyway."
+            f"{flag}` shows every term and ranks the settings not at their limit by the GiB each saves; "
+            "`--config skip_memory_check=true` runs the preset anyway."
         )
 
 
