@@ -7,6 +7,7 @@ points to a file that exists; every result table block of any page is its commit
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -152,3 +153,32 @@ def torch_finite(t) -> bool:
     import torch
 
     return bool(torch.isfinite(t).all())
+
+
+# The README's shell commands in inline code: `snakemake ...`, `python -m rspo ...`, `rspo ...`
+COMMANDS = [
+    " ".join(c.split())
+    for c in re.findall(r"`((?:\.venv/bin/)?(?:snakemake|python -m rspo|rspo) [^`]*)`", README)
+    if "..." not in c and "--report" not in c  # a placeholder; an HTML report of results not made here
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_readme_command_runs_in_a_new_shell_as_the_readme_says(command, tmp_path):
+    """A new login shell with none of this session's environment (no venv on PATH), in the
+    repository, entering the venv as the README says (`source .venv/bin/activate`), then the
+    command: a Snakemake command as a dry run (`-n`; `--lint` as written), a command that names
+    results a fresh clone lacks with `--help` (it must resolve and parse), the rest as written."""
+    if not (ROOT / ".venv" / "bin" / "activate").is_file():
+        pytest.skip("no .venv here (make venv builds it)")
+    if command.startswith(("snakemake", ".venv/bin/snakemake")):
+        run = command if "--lint" in command else f"{command} -n"
+    elif " report " in command or command.startswith("rspo "):
+        run = f"{command} --help"
+    else:
+        run = command
+    env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    script = f"cd {ROOT} && source .venv/bin/activate && {run}"
+    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (run, (r.stdout + r.stderr)[-3000:])
