@@ -62,6 +62,7 @@ localrules:
 # (a tracking server that is down) is a warning, not a failure: jobs record what they can and
 # `python -m rspo mlflow-sync` the rest.
 onstart:
+    training_notice(workflow.dag)
     shell(f"python -m rspo mlflow-init --best-effort --preset {PRESET_FILE}")
 
 

@@ -412,3 +412,19 @@ def test_a_gpu_preset_whose_plan_does_not_fit_is_refused_before_any_job(ws):
     for bad, why in (("gpu_gib=big", "gpu_gib"), ("gpu_gib=0", "gpu_gib"), ("gpu=v100", "gpu_gib=N")):
         r = snakemake(ws, "-n", "--config", "preset=paper_large_math", bad)
         assert r.returncode != 0 and why in r.stdout + r.stderr
+
+
+def test_a_run_that_would_train_on_a_fresh_clone_says_so_before_it_starts(ws):
+    """`snakemake fig4_plugin` where the preset has no runs yet trains the runs behind it: Snakemake's
+    onstart says how many and how to draw the shipped runs instead (make figures, make figure, the
+    archive); from the archive, nothing is said. (--touch runs the hook without running any job.)"""
+    r = snakemake(ws, "--touch", "--cores", "1", "--config", "preset=small", "--", "fig4_plugin")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    runs = Plan.from_file(ROOT / "configs" / "small.yaml").figure_runs("fig4_plugin")
+    assert f"rspo: this run trains {len(runs)} RL run(s) of preset small" in out and len(runs) == 30, out[-3000:]
+    assert "`make figure FIG=<name>`" in out and "--config archive=docs/results/small" in out
+    r = snakemake(
+        ws, "--touch", "--cores", "1", "--config", "preset=small", "archive=docs/results/small", "--", "fig4_plugin"
+    )
+    assert r.returncode == 0 and "rspo: this run trains" not in r.stdout + r.stderr

@@ -134,6 +134,28 @@ def run_fingerprint(run):
 ONE_TASK_PER_JOB = 0
 
 
+def training_notice(dag):
+    """Before any job starts (onstart): a run that will train where the preset has no runs yet says so,
+    and how to draw the shipped results instead (`snakemake fig4_plugin` on a fresh clone trains the
+    runs behind the figure: about an hour on 2 cores for the small preset)."""
+    if ARCHIVE or os.path.isdir(f"{R}/runs"):
+        return
+    train = sum(1 for job in dag.needrun_jobs() if job.rule.name == "train")
+    if not train:
+        return
+    shipped = f"docs/results/{P}"
+    instead = (
+        f"`make figures` (all of them), `make figure FIG=<name>` (one), or `--config archive={shipped}`"
+        if os.path.isfile(f"{shipped}/archive.json")
+        else "a run archive of this preset (`--config archive=<its folder>`)"
+    )
+    print(
+        f"rspo: this run trains {train} RL run(s) of preset {P} before what it builds ({R}/runs does not "
+        f"exist yet). To draw the shipped runs instead, stop it (Ctrl-C) and use {instead}.",
+        file=sys.stderr,
+    )
+
+
 def res(kind, key):
     """Resource `key` for jobs of kind `kind`; the preset's `resources` mapping overrides
     plan.DEFAULT_RESOURCES."""
