@@ -206,6 +206,11 @@ class Syncer:
             return file_dataset(path)
         rel = repo_relative(path, self.results)
         record = self.archived_data.get(rel) or self.archived_data.get(str(path))
+        if record is None and self.archived_data:
+            # a shipped run's config names the folder it trained in, results/<preset>/, not the
+            # archive's results/<preset>-archive/: its training and validation files went unrecorded
+            rel = repo_relative(path, REPO_ROOT / "results" / self.preset)
+            record = self.archived_data.get(rel)
         return recorded_dataset(record, self.results / rel) if record else None
 
     def _time_ms(self, path: Path) -> int | None:

@@ -472,6 +472,9 @@ def test_the_shipped_archive_opens_in_mlflow_with_every_run(figures_clone, tmp_p
     manifest = json.loads((ROOT / "docs" / "results" / "small" / "archive.json").read_text())
     assert rl_runs == sorted(manifest["runs"]) and len(evals) == len(manifest["evals"]) == len(rl_runs) + 1  # + base
     assert first["runs created"] == len(rl_runs) + len(evals) + 1  # + the pretraining run
+    # every RL run with its training and two validation sets (their configs name results/small/data,
+    # where they trained; the archive records the files under data/): none had any before
+    assert first["dataset inputs"] == 3 * len(rl_runs) + 2 * len(evals) + 2  # + the pretraining's two
     r = subprocess.run(sync, cwd=clone, capture_output=True, text=True, timeout=900)
     again = json.loads(r.stdout.strip().splitlines()[-1])
     assert r.returncode == 0 and not set(again) - {"tracking_uri", "experiment"}, again  # nothing to record

@@ -237,10 +237,17 @@ def run_make_mlflow_ui(tmp_path, has=(), shipped="", unpack_fails=False):
     for rel in has:
         (tmp_path / "results" / "small" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "results" / "small" / rel).write_text("{}\n")
-    (tmp_path / "pyproject.toml").touch()  # the venv is up to date (make figures asks)
+    # the venv is up to date (make figures asks): its stamp newer than pyproject.toml and the locks
+    (tmp_path / "envs" / "locks").mkdir(parents=True)
+    older = [
+        tmp_path / "pyproject.toml",
+        *(tmp_path / "envs" / "locks" / f"{n}.txt" for n in ("main", "evalplus", "uv")),
+    ]
+    for f in older:
+        f.touch()
+        os.utime(f, (0, 0))
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv" / ".installed").touch()
-    os.utime(tmp_path / "pyproject.toml", (0, 0))
     r = subprocess.run(
         ["make", "mlflow-ui", f"BIN={bin_dir}", "PORT=5055", f"SHIPPED={shipped}"],
         cwd=tmp_path,
