@@ -122,6 +122,11 @@ def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
         time.sleep(1)
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # never leave a server behind
+            proc.kill()
+            out, err = proc.communicate()
+            raise
     assert not out.strip(), out  # nothing after the address
     assert '"GET /' not in err, err[-2000:]
