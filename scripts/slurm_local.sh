@@ -46,7 +46,7 @@ write_conf() {
         die 4 "$CONF exists and was not written by this script; not touching a real SLURM setup"
     fi
     local cpus mem
-    cpus=$(nproc)
+    cpus=$(nproc --all)  # every CPU: plain nproc honours OMP_NUM_THREADS (make test sets 1)
     mem=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
     mem=${mem:-2000}
     mkdir -p /etc/slurm

@@ -112,7 +112,9 @@ def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--uri", uri, "--experiment", "rspo-smoke", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "stderr.txt"  # the server writes there too: a pipe would wait for it
+    with log.open("w") as err_file:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=err_file, text=True)
     try:
         first = json.loads(proc.stdout.readline())
         second = proc.stdout.readline()
@@ -121,12 +123,15 @@ def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10).close()
         time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # it stops its server's whole process group
         try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:  # never leave a server behind
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            out, err = proc.communicate()
             raise
+    err = log.read_text()
     assert not out.strip(), out  # nothing after the address
     assert '"GET /' not in err, err[-2000:]
+    time.sleep(2)
+    with pytest.raises(OSError):  # the server went with it
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)

@@ -76,8 +76,13 @@ def _snakemake(cwd: Path, *args: str, timeout: int = 150, tracking_uri: str = ""
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.send_signal(2)
-        out, _ = proc.communicate(timeout=30)
-        pytest.fail(f"snakemake via SLURM did not finish in {timeout} s:\n{out[-3000:]}")
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # never leave it behind, waiting on SLURM
+            proc.kill()
+            out, _ = proc.communicate()
+        queue = subprocess.run(["squeue", "-o", "%i %P %T %r %C %b"], capture_output=True, text=True).stdout
+        pytest.fail(f"snakemake via SLURM did not finish in {timeout} s (squeue: {queue.strip()}):\n{out[-3000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 

@@ -154,24 +154,34 @@ def ui_main(argv: list[str] | None = None) -> int:
     if not args.access_log:
         cmd += ["--uvicorn-opts", "--no-access-log"]
     url = experiment_url(exp_id, f"http://{args.host}:{args.port}")
-    proc = subprocess.Popen(cmd, stdout=sys.stderr)
-    # a SIGTERM to this process alone (a job scheduler, `kill`) stops the server too
-    signal.signal(signal.SIGTERM, lambda *_: (proc.terminate(), sys.exit(128 + signal.SIGTERM)))
+    # its own session: the server and what it starts (uvicorn, MLflow's job runner) are one process
+    # group, stopped together; a terminal's Ctrl-C reaches this process, which passes it on
+    proc = subprocess.Popen(cmd, stdout=sys.stderr, start_new_session=True)
+
+    def stop(sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, lambda *_: (stop(signal.SIGTERM), sys.exit(128 + signal.SIGTERM)))
     try:
         if not _serving(f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}", proc):
-            print(f"rspo mlflow-ui: mlflow ui stopped before it answered (exit {proc.wait()})", file=sys.stderr)
+            print(f"rspo mlflow-ui: mlflow ui stopped before it answered (exit {proc.poll()})", file=sys.stderr)
             return 1
         record = {"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri, "ui": url}
         print(json.dumps(record), flush=True)
         print(f"rspo mlflow-ui: open {url}  (Ctrl-C stops the server)", flush=True)
         return proc.wait()
-    except KeyboardInterrupt:  # a terminal's Ctrl-C reached the server too; a SIGINT to this process alone did not
-        proc.send_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        stop(signal.SIGINT)
         try:
             return proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            stop(signal.SIGKILL)
             return proc.wait()
+    finally:
+        stop(signal.SIGTERM)  # whatever of the group is left: never a server without its command
 
 
 def _serving(base: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rspo.backend_capabilities import capabilities
 from rspo.gpu_memory.plan import GIB, RunPlan, plan_preset
 
 __all__ = ["Change", "candidates", "rank", "ranked_advice"]
@@ -66,12 +67,12 @@ def candidates(plans: list[RunPlan]) -> list[Change]:
         out.append(Change("schedule.max_tokens_per_micro_batch", row))
     elif budget // 2 >= row:
         out.append(Change("schedule.max_tokens_per_micro_batch", budget // 2))
-    vllm = ro.backend == "vllm"
-    if vllm and ro.tensor_parallel_size * 2 <= setup.per_node:
+    engine = capabilities(ro.backend)  # an engine beside the trainer, sharded, put to sleep: vLLM's
+    if engine.tensor_parallel and ro.tensor_parallel_size * 2 <= setup.per_node:
         out.append(Change("rollout.tensor_parallel_size", ro.tensor_parallel_size * 2))
-    if vllm and not ro.vllm_sleep:
+    if engine.sleep and not ro.vllm_sleep:
         out.append(Change("rollout.vllm_sleep", "true"))
-    if vllm and ro.vllm_gpu_memory_utilization - UTIL_STEP >= UTIL_STEP - 1e-9:
+    if not engine.in_trainer and ro.vllm_gpu_memory_utilization - UTIL_STEP >= UTIL_STEP - 1e-9:
         out.append(Change("rollout.vllm_gpu_memory_utilization", round(ro.vllm_gpu_memory_utilization - UTIL_STEP, 2)))
     if not model.cpu_offload:
         out.append(Change("model.cpu_offload", "true"))
