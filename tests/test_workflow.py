@@ -287,7 +287,7 @@ exit 1
 # the preset's resources kind of each rule that may ask for GPUs (workflow/rules/*.smk: res(kind, ...))
 GPU_RULE_KIND = {
     "pretrain": "pretrain",
-    "prepare_task": "pretrain",
+    "pretrain_task": "pretrain",
     "train": "train",
     "evaluate_countdown": "evaluate",
     "evaluate_task": "evaluate",
