@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rspo.backend_capabilities import capabilities
-from rspo.gpu_memory.plan import GIB, RunPlan, plan_preset
+from rspo.gpu_memory.plan import RunPlan, plan_preset
+from rspo.gpu_memory.verdict import summary
 
-__all__ = ["Change", "candidates", "rank", "ranked_advice"]
+__all__ = ["Change", "candidates", "rank"]
 
 CHUNK = 1024  # logits_chunk_tokens the advice proposes (the paper presets' value)
 UTIL_STEP = 0.1
+OFFLOAD = "model.cpu_offload"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,11 @@ class Change:
     value: Any
     gpus: int = 0
     per_node: int = 0
+
+    @property
+    def heavy(self) -> bool:
+        """CPU offload or more GPUs: what remains when the other settings are at their limit."""
+        return bool(self.gpus) or self.key == OFFLOAD
 
     @property
     def label(self) -> str:
@@ -75,28 +82,20 @@ def candidates(plans: list[RunPlan]) -> list[Change]:
     if not engine.in_trainer and ro.vllm_gpu_memory_utilization - UTIL_STEP >= UTIL_STEP - 1e-9:
         out.append(Change("rollout.vllm_gpu_memory_utilization", round(ro.vllm_gpu_memory_utilization - UTIL_STEP, 2)))
     if not model.cpu_offload:
-        out.append(Change("model.cpu_offload", "true"))
+        out.append(Change(OFFLOAD, "true"))
     out.append(Change("", None, gpus=setup.world * 2, per_node=setup.per_node))
     return out
 
 
-def _plan(preset: str, gib: float, hub_dir: str, overrides: list[str], gpus: int) -> list[RunPlan]:
-    return plan_preset(preset, gib, hub_dir, overrides=overrides, gpus=gpus)
-
-
 def _outcome(plans: list[RunPlan]) -> dict[str, Any]:
-    """The GPU peak, the host peak per node against its limit, and whether the plan fits."""
-    host = max(p.host_peak for p in plans) / GIB
+    """The plan's GPU peak, host peak per node against its limit and whether it fits: summary's fields."""
+    s = summary("", "", plans)
     return {
-        "peak_gib": round(max(p.peak.total for p in plans) / GIB, 2),
-        "host_gib": round(host, 1),
-        "host_limit_gib": round(min(p.setup.host_limit_gib for p in plans), 1),
-        "fits": all(p.fits for p in plans),
+        "peak_gib": s["peak_gib"],
+        "host_gib": s["host_peak_gib"],
+        "host_limit_gib": s["host_limit_gib"],
+        "fits": s["fits"],
     }
-
-
-def _heavy(label: str) -> bool:
-    return label.startswith("model.cpu_offload") or " GPUs" in label
 
 
 def rank(
@@ -108,55 +107,28 @@ def rank(
     from rspo.config import ConfigError
 
     base = _outcome(plans)["peak_gib"]
-    rows, sets, more = [], [], 0
+    rows, light_sets, heavy_labels, offload, more = [], [], set(), [], 0
     for c in candidates(plans):
+        setting = [] if c.gpus else [f"{c.key}={c.value}"]
         try:
-            tried = _plan(preset, gib, hub_dir, overrides + ([] if c.gpus else [f"{c.key}={c.value}"]), c.gpus or gpus)
+            tried = plan_preset(preset, gib, hub_dir, overrides=overrides + setting, gpus=c.gpus or gpus)
         except ConfigError:  # e.g. a batch that does not split over twice the ranks
             continue
         out = _outcome(tried)
         if base - out["peak_gib"] > 0.005:
             rows.append({"set": c.label, "saved_gib": round(base - out["peak_gib"], 2), **out})
-            if c.gpus:
-                more = c.gpus
-            else:
-                sets.append(f"{c.key}={c.value}")
+            if c.heavy:
+                heavy_labels.add(c.label)
+            more = c.gpus or more
+            (offload if c.key == OFFLOAD else light_sets).extend(setting)
     rows.sort(key=lambda r: -r["saved_gib"])
     together = None
     if len(rows) > 1:
-        together = {
-            "set": [r["set"] for r in rows],
-            **_outcome(_plan(preset, gib, hub_dir, overrides + sets, more or gpus)),
-        }
-    light = [r for r in rows if not _heavy(r["set"])]
-    light_sets = [f for f in sets if not f.startswith("model.cpu_offload")]
-    light_fits = any(r["fits"] for r in light) or (
-        len(light_sets) > 1 and _outcome(_plan(preset, gib, hub_dir, overrides + light_sets, gpus))["fits"]
+        tried = plan_preset(preset, gib, hub_dir, overrides=overrides + light_sets + offload, gpus=more or gpus)
+        together = {"set": [r["set"] for r in rows], **_outcome(tried)}
+    light_fits = any(r["fits"] for r in rows if r["set"] not in heavy_labels) or (
+        len(light_sets) > 1
+        and _outcome(plan_preset(preset, gib, hub_dir, overrides=overrides + light_sets, gpus=gpus))["fits"]
     )
-    heavy_fits = any(r["fits"] for r in rows if _heavy(r["set"])) or bool(together and together["fits"])
+    heavy_fits = any(r["fits"] for r in rows if r["set"] in heavy_labels) or bool(together and together["fits"])
     return {"changes": rows, "together": together, "only": bool(heavy_fits and not light_fits)}
-
-
-def _words(r: dict[str, Any], limit_gib: float) -> str:
-    host = (
-        f", host {r['host_gib']} of {r['host_limit_gib']} GiB per node" if r["host_gib"] > r["host_limit_gib"] else ""
-    )
-    return f"{r['peak_gib']} of {limit_gib} GiB per GPU{host}: {'fits' if r['fits'] else 'does not fit'}"
-
-
-def ranked_advice(r: dict[str, Any], limit_gib: float) -> str:
-    """``rank``'s result in words."""
-    if not r["changes"]:
-        return (
-            "no setting the plan models lowers the peak; every one is at its limit: only a GPU with more memory helps"
-        )
-    parts = [f"{c['set']} (-{c['saved_gib']} GiB: {_words(c, limit_gib)})" for c in r["changes"]]
-    text = "each setting not at its limit, alone, by GiB saved: " + "; ".join(parts)
-    t = r["together"]
-    if t is not None and not any(c["fits"] for c in r["changes"]):
-        text += f"; all of them together: {_words(t, limit_gib)}"
-    if r["only"]:
-        text += "; only CPU offload or more GPUs can make it fit (the other settings, alone or together, do not)"
-    elif not any(c["fits"] for c in r["changes"]) and not (t and t["fits"]):
-        text += "; nothing the plan models fits on this GPU: a GPU with more memory"
-    return text

@@ -8,7 +8,7 @@ from typing import Any
 
 from rspo.gpu_memory.plan import GIB, RunPlan
 
-__all__ = ["advice", "fit_line", "render", "summary", "verdict"]
+__all__ = ["advice", "fit_line", "ranked_advice", "render", "summary", "verdict"]
 
 
 def summary(preset_name: str, gpu: str, plans: list[RunPlan]) -> dict[str, Any]:
@@ -89,7 +89,30 @@ def advice(s: dict[str, Any]) -> str:
     )
     said += f"are on {s['gpu']}"
     if "advice" in s:  # plan-memory planned each setting not at its limit (rspo.gpu_memory.advice)
-        from rspo.gpu_memory.advice import ranked_advice
-
         return f"{said}; {ranked_advice(s['advice'], s['limit_gib'])}"
     return f"{said}: `rspo plan-memory` ranks the settings not at their limit by the GiB each saves"
+
+
+def _words(r: dict[str, Any], limit_gib: float) -> str:
+    host = (
+        f", host {r['host_gib']} of {r['host_limit_gib']} GiB per node" if r["host_gib"] > r["host_limit_gib"] else ""
+    )
+    return f"{r['peak_gib']} of {limit_gib} GiB per GPU{host}: {'fits' if r['fits'] else 'does not fit'}"
+
+
+def ranked_advice(r: dict[str, Any], limit_gib: float) -> str:
+    """rspo.gpu_memory.advice.rank's result in words."""
+    if not r["changes"]:
+        return (
+            "no setting the plan models lowers the peak; every one is at its limit: only a GPU with more memory helps"
+        )
+    parts = [f"{c['set']} (-{c['saved_gib']} GiB: {_words(c, limit_gib)})" for c in r["changes"]]
+    text = "each setting not at its limit, alone, by GiB saved: " + "; ".join(parts)
+    t = r["together"]
+    if t is not None and not any(c["fits"] for c in r["changes"]):
+        text += f"; all of them together: {_words(t, limit_gib)}"
+    if r["only"]:
+        text += "; only CPU offload or more GPUs can make it fit (the other settings, alone or together, do not)"
+    elif not any(c["fits"] for c in r["changes"]) and not (t and t["fits"]):
+        text += "; nothing the plan models fits on this GPU: a GPU with more memory"
+    return text
