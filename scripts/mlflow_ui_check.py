@@ -26,8 +26,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,21 +54,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_healthy(base: str, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.5)
-    return False
 
 
 def browse(binary: str, url: str, out_flag: str, budget_ms: int, size: str, timeout: float) -> str:
@@ -152,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     if binary is None:
         print(json.dumps({"error": "chromium not found (bash scripts/install_chromium.sh)"}))
         return 2
+    sys.path.insert(0, str(ROOT))
+    from rspo.commands.mlflow import serving  # the wait `rspo mlflow-ui` itself does before its address
+
     port = free_port()
     cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--port", str(port)]
     cmd += ["--preset", args.preset] if args.preset else ["--uri", args.uri, "--experiment", args.experiment]
@@ -172,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             url = run_metrics_url(url, args, port)
         elif args.by_name:
             url += ("&" if "?" in url else "?") + "orderByKey=tags.%60mlflow.runName%60&orderByAsc=false"
-        if not wait_healthy(f"http://127.0.0.1:{port}", proc, args.server_timeout):
+        if not serving(f"http://127.0.0.1:{port}", proc, args.server_timeout):
             log.seek(0)
             print(json.dumps({"error": f"mlflow ui did not become healthy: {log.read()[-2000:]}"}))
             return 2

@@ -166,7 +166,7 @@ def ui_main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: (stop(signal.SIGTERM), sys.exit(128 + signal.SIGTERM)))
     try:
-        if not _serving(f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}", proc):
+        if not serving(f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}", proc):
             print(f"rspo mlflow-ui: mlflow ui stopped before it answered (exit {proc.poll()})", file=sys.stderr)
             return 1
         record = {"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri, "ui": url}
@@ -184,7 +184,7 @@ def ui_main(argv: list[str] | None = None) -> int:
         stop(signal.SIGTERM)  # whatever of the group is left: never a server without its command
 
 
-def _serving(base: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> bool:
+def serving(base: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> bool:
     """Whether the server at ``base`` answers /health before ``proc`` exits (or the time runs out)."""
     import time
     import urllib.request
