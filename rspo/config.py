@@ -237,7 +237,26 @@ class OptimConfig(Section):
     router_lr_mult: float = setting(1.0, gt=0)
     """Learning rate of the router weights (``mlp.gate.weight``) as a multiple of ``lr``. Not in
     the paper (1 = one lr for all weights). Above 1 it is the stress regime's controlled variable:
-    router drift made large on purpose, to test whether RS delays or prevents collapse."""
+    router drift made large on purpose, to test whether RS delays or prevents collapse. With
+    ``router_lr_mult_final`` set it is the multiplier before ``router_lr_change``'s first step."""
+    router_lr_mult_final: float | None = setting(None, gt=0)
+    """Not in the paper: a router-lr schedule. None: ``router_lr_mult`` throughout. Set: the multiplier
+    the router reaches at rollout step ``router_lr_change[1]`` and keeps (the small study's
+    learn-then-drift and build-up-drift trials: router drift that starts after the policy learned)."""
+    router_lr_change: tuple[int, int] = setting((0, 0), ge=0)
+    """(start, end) rollout steps of the schedule, 0-based (the step being trained; step t is logged as
+    t + 1): ``router_lr_mult`` before start, ``router_lr_mult_final`` from end on, linear in between;
+    start == end is a step function at start (x1 until S, then x150: ``(S, S)``)."""
+
+    def checks(self, prefix: str) -> None:
+        start, end = self.router_lr_change
+        if end < start:
+            raise _err(f"{prefix}.router_lr_change", f"end {end} is before start {start}")
+        if self.router_lr_mult_final is None and self.router_lr_change != (0, 0):
+            raise _err(
+                f"{prefix}.router_lr_change",
+                f"{list(self.router_lr_change)} without router_lr_mult_final: the schedule has nothing to change to",
+            )
 
 
 @dataclass(frozen=True)
@@ -313,6 +332,8 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.rollout_correction_high": 2.0,
     "tracking.collapse_sustain": 0,
     "rollout.old_values": "recompute",
+    "optim.router_lr_mult_final": None,
+    "optim.router_lr_change": (0, 0),
 }
 
 # Settings removed after runs existed: the one value every such run had (put back into the fingerprint,

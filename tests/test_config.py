@@ -305,3 +305,18 @@ def test_a_run_named_by_its_overrides_carries_every_grid_setting_it_differs_by()
     assert names["rs-tis-fp8"] == "gmpo-rs0.8-tis-fp8-s0"
     # the grid's names are unchanged: its regime prefix says what the engine's precision is
     assert load_train_config(small, "gmpo-rs0.8-s0").run_name == "gmpo-rs0.8-s0"
+
+
+def test_router_lr_schedule_is_checked():
+    """A schedule whose end precedes its start, or that has no multiplier to change to, is refused by
+    name; a YAML list is read as the (start, end) pair."""
+    from rspo.config import train_config_from_dict
+
+    with pytest.raises(ConfigError, match=r"rl\.optim\.router_lr_change: end 10 is before start 80"):
+        train_config_from_dict({"optim": {"router_lr_mult_final": 150, "router_lr_change": [80, 10]}})
+    with pytest.raises(ConfigError, match=r"rl\.optim\.router_lr_change: .*without router_lr_mult_final"):
+        train_config_from_dict({"optim": {"router_lr_change": [80, 80]}})
+    with pytest.raises(ConfigError, match=r"rl\.optim\.router_lr_mult_final"):
+        train_config_from_dict({"optim": {"router_lr_mult_final": 0}})
+    cfg = train_config_from_dict({"optim": {"router_lr_mult_final": 150, "router_lr_change": [80, 80]}})
+    assert cfg.optim.router_lr_change == (80, 80)

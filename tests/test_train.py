@@ -516,3 +516,47 @@ def test_old_values_from_the_rollout_refused_where_they_are_not_the_old_policy(a
         rl.pop(key)
     with pytest.raises(ConfigError, match=f"old_values.*{needs}"):
         train_config_from_dict(rl, seed=0, run_name="test")
+
+
+def test_router_lr_schedule_steps_and_ramps_by_rollout_step():
+    """optim.router_lr_mult_final / router_lr_change: a step function at S, a linear rise between two
+    steps; without a schedule the plain multiplier (and the run's fingerprint does not change)."""
+    from rspo.config import OptimConfig
+    from rspo.train.optim import router_lr_mult_at
+
+    step = OptimConfig(router_lr_mult=1.0, router_lr_mult_final=150.0, router_lr_change=(80, 80))
+    assert [router_lr_mult_at(step, t) for t in (0, 79, 80, 229)] == [1.0, 1.0, 150.0, 150.0]
+    ramp = OptimConfig(router_lr_mult=1.0, router_lr_mult_final=151.0, router_lr_change=(0, 200))
+    assert [router_lr_mult_at(ramp, t) for t in (0, 100, 199, 200, 229)] == [1.0, 76.0, 150.25, 151.0, 151.0]
+    assert router_lr_mult_at(OptimConfig(router_lr_mult=30.0), 500) == 30.0
+
+
+def test_router_lr_schedule_sets_the_router_lr_of_each_step(assets, tmp_path):
+    """The trainer gives the router group lr * the step's multiplier before the step's updates (x1 for
+    step 0, x30 from step 1), logs it as actor/router_lr_mult (only a scheduled run), leaves the other
+    group at lr; the schedule is part of the run's identity (shipped runs keep theirs: test_config)."""
+    cfg = make_cfg(assets, algo="grpo")
+    optim = dataclasses.replace(cfg.optim, warmup_steps=0, router_lr_mult_final=30.0, router_lr_change=(1, 1))
+    cfg = dataclasses.replace(cfg, optim=optim)
+    tr = Trainer(cfg, tmp_path / "run", task=digit_task())
+    groups = tr.policy.optimizer.param_groups
+    seen = []
+    step_fn = tr.policy.optimizer.step
+
+    def spy(*a, **k):
+        seen.append(groups[1]["lr"] / groups[0]["lr"])
+        return step_fn(*a, **k)
+
+    tr.policy.optimizer.step = spy
+    m0 = tr.train_step()
+    m1 = tr.train_step()
+    updates = cfg.schedule.prompts_per_step // cfg.schedule.mini_batch_prompts
+    assert seen == pytest.approx([1.0] * updates + [30.0] * updates)
+    assert (m0["actor/router_lr_mult"], m1["actor/router_lr_mult"]) == (1.0, 30.0)
+    assert groups[0]["lr"] == cfg.optim.lr
+    plain = make_cfg(assets, algo="grpo")
+    assert "actor/router_lr_mult" not in Trainer(plain, tmp_path / "plain", task=digit_task()).train_step()
+    assert (
+        cfg.fingerprint()
+        != dataclasses.replace(cfg, optim=dataclasses.replace(optim, router_lr_change=(2, 2))).fingerprint()
+    )

@@ -162,7 +162,7 @@ class Policy:
             and not _stochastic(self.model)
         )
         self.model.eval()
-        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, sharded=dist.enabled)
+        self.optimizer, self.scheduler, self.router_lr = build_optimizer(self.model, cfg.optim, sharded=dist.enabled)
         self.memory.start(self.model, self.optimizer)
         self.nonfinite = NonFiniteStreak(cfg.optim.max_nonfinite_in_row)
         self._forward_settings = ForwardSettings(  # every forward's, built once

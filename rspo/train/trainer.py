@@ -82,6 +82,7 @@ from rspo.rollout import RolloutBackend, make_backend
 from rspo.rollout.colocate import check_tensor_parallel
 from rspo.tasks import Task, task_for
 from rspo.train.collapse import CollapseDetector
+from rspo.train.optim import router_lr_mult_at
 from rspo.train.policy import Policy, TooManyNonFinite
 from rspo.train.rollouts import Rollouts, RunRecords
 from rspo.train.run_folder import RunFolder, RunFolderMismatch
@@ -314,6 +315,8 @@ class Trainer:
             lr=self.policy.lr(),
             special_stop_frac=self.rollouts.special_stop_frac(st.batch),
         )
+        if self.cfg.optim.router_lr_mult_final is not None:  # a router-lr schedule: the step's multiplier
+            out["actor/router_lr_mult"] = router_lr_mult_at(self.cfg.optim, self.step)
         out.update(mismatch(st, self.dist, sc.ppo_epochs))
         out.update(onpolicy_metrics(first_mb))
         first = self.memory.first is None

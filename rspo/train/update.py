@@ -100,6 +100,7 @@ def update_step(p: Policy, st: StepTensors, step: int):
     sums: dict[str, list[float]] = defaultdict(list)
     first_mb: dict[str, float] = {}
     skipped = 0
+    p.router_lr.at_step(step)
     p.model.train()
     for epoch in range(p.cfg.schedule.ppo_epochs):
         mbs = st.mini_batches if epoch == 0 else p.mini_batches(step, epoch)
