@@ -17,10 +17,13 @@ gamma and the largest per-step share of tokens under gamma_min = 0.8 in GRPO run
 pg_clipfrac, collapses, the RLVR diagnostics of the runs (rspo.train.group_stats: the share of
 groups with zero reward variance and its split into all correct / all wrong, distinct responses
 per group, token entropy; means over the first and the last ``WINDOW`` steps), the mean step time,
-the trial's wall time and the machine it ran on. It appends one JSON line per trial to
+the trial's wall time, the machine it ran on, its UTC start and end and the commit it ran from (each
+run's own UTC start and end too). It appends one JSON line per trial to
 ``<work>/trials.jsonl`` (a trial already there with the same setting is not rerun: reruns
 resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose
-folder holds a finished run are read, not retrained.
+folder holds a finished run are read, not retrained. ``--steps FILE`` packs every run's per-step
+metrics (metrics.jsonl) and final.json into one reproducible tar.xz (sorted members, no times or
+owners), so that a committed record's gates can be recomputed from the steps.
 
 The selection criteria are not computed here: they are written in the preset's comments and
 the README, and applied by reading the table.
@@ -29,6 +32,7 @@ the README, and applied by reading the table.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import statistics
@@ -172,7 +176,9 @@ def run_one(
         "schedule.ckpt_every=0",
     ] + list(trial.get("set", []))
     wall = 0.0
+    stamp = out / "sweep_run.json"  # when this sweep trained the run (UTC), kept beside it
     if not (out / "final.json").is_file():
+        started = utc_now()
         cmd = rspo_argv(
             "train",
             preset=spec["preset"],
@@ -186,6 +192,8 @@ def run_one(
             sets=sets,
         )
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
+        stamp.write_text(json.dumps({"started_utc": started, "ended_utc": utc_now(), "commit": commit()}))
+    when = json.loads(stamp.read_text()) if stamp.is_file() else {}
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     final = json.loads((out / "final.json").read_text())
     val = [(r["step"], r["val/val/score"]) for r in rows if "val/val/score" in r]
@@ -194,6 +202,8 @@ def run_one(
         **group_diagnostics(train),
         "algo": algo,
         "seed": seed,
+        "started_utc": when.get("started_utc"),
+        "ended_utc": when.get("ended_utc"),
         "wall_s": wall or sum(r.get("perf/step_s", 0.0) for r in train),
         "val": val,
         "base_acc": val[0][1],
@@ -245,6 +255,38 @@ def machine() -> str:
     except OSError:
         pass
     return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def commit() -> str:
+    """The commit the sweep runs from (``+dirty`` with uncommitted changes to tracked files), or
+    "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.strip() + ("+dirty" if dirty.strip() else "")
+
+
+def pack_steps(work: Path, path: str | Path) -> Path:
+    """Every run's metrics.jsonl and final.json under ``work``/runs into one tar.xz at ``path``, as
+    ``<trial>-<key>/<method>-s<seed>/<file>``: sorted, times and owners zeroed (same runs, same bytes)."""
+    import tarfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files = sorted(p for name in ("metrics.jsonl", "final.json") for p in (work / "runs").glob(f"*/*/{name}"))
+    with tarfile.open(path, "w:xz", format=tarfile.PAX_FORMAT) as tf:
+        for f in files:
+            info = tarfile.TarInfo(str(f.relative_to(work / "runs")))
+            data = f.read_bytes()
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float, int]:
@@ -462,6 +504,7 @@ def run_sweep(
     table_path: str | None = None,
     only: list[str] | None = None,
     pretrain_threads: int = 0,
+    steps_path: str | None = None,
 ) -> list[dict[str, Any]]:
     spec = load_sweep(path)
     work = Path(spec["work"])
@@ -481,7 +524,7 @@ def run_sweep(
         ):
             continue
         base, base_wall = ensure_base(spec, trial["base"], work, data, pretrain_threads or max(threads, jobs * threads))
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), utc_now()
         todo = [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             # the pool is joined within this iteration, so the lambda sees this iteration's trial and base
@@ -490,6 +533,7 @@ def run_sweep(
         row["runs_spec"] = trial["runs"]
         row["jobs"], row["threads"] = jobs, threads
         row["machine"] = machine()
+        row["started_utc"], row["ended_utc"], row["commit"] = started, utc_now(), commit()
         done.append(row)
         with open(done_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
@@ -501,6 +545,10 @@ def run_sweep(
         )
         if table_path:
             write_tables(spec, work, done, table_path)
+        if steps_path:
+            pack_steps(work, steps_path)
     if table_path:
         write_tables(spec, work, done, table_path)
+    if steps_path:
+        pack_steps(work, steps_path)
     return done

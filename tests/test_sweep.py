@@ -1,11 +1,14 @@
 """rspo.sweep: a tiny sweep end to end through the real commands (data, pretraining, two RL runs),
 the trial table, resumption (a finished trial is not rerun) and malformed sweep files."""
 
+import json
+import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from rspo import sweep
 from rspo.base_pin import weights_sha256
 from rspo.sweep import SweepError, gate_table, load_sweep, method_sets, run_sweep, table
 
@@ -20,7 +23,14 @@ def write_sweep(tmp_path: Path, **extra) -> Path:
         "val_size": 4,
         "bases": {"tiny": {"examples": 256}},
         "trials": [
-            {"name": "t1", "base": "tiny", "steps": 2, "set": ["optim.lr=1e-3"], "runs": {"gmpo": [0], "grpo": [0]}}
+            {
+                "name": "t1",
+                "base": "tiny",
+                "steps": 2,
+                # the router-lr schedule of round 5's learn-then-drift trials: x1 for step 1, x30 from step 2
+                "set": ["optim.lr=1e-3", "optim.router_lr_mult_final=30", "optim.router_lr_change=[1, 1]"],
+                "runs": {"gmpo": [0], "grpo": [0]},
+            }
         ],
     }
     spec.update(extra)
@@ -32,16 +42,37 @@ def write_sweep(tmp_path: Path, **extra) -> Path:
 @pytest.mark.slow
 def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     path = write_sweep(tmp_path)
-    rows = run_sweep(str(path), jobs=2, threads=1, table_path=str(tmp_path / "trials.md"))
+    steps = tmp_path / "steps.tar.xz"
+    rows = run_sweep(str(path), jobs=2, threads=1, table_path=str(tmp_path / "trials.md"), steps_path=str(steps))
     assert len(rows) == 1
     row = rows[0]
+    # provenance: the trial's and each run's UTC start and end, the commit it ran from
+    assert row["started_utc"] <= row["ended_utc"] and row["ended_utc"].endswith("Z")
+    assert row["commit"] == sweep.commit() and row["commit"] != "unknown"
+    assert all(r["started_utc"] <= r["ended_utc"] for r in row["runs"])
+    # the per-step metrics, packed: each run's metrics.jsonl and final.json, the same bytes when packed again
+    with tarfile.open(steps) as tf:
+        names = sorted(tf.getnames())
+        metrics = {n: tf.extractfile(n).read().decode() for n in names if n.endswith("metrics.jsonl")}
+    assert [n.split("/", 1)[1] for n in names] == [
+        "gmpo-s0/final.json",
+        "gmpo-s0/metrics.jsonl",
+        "grpo-s0/final.json",
+        "grpo-s0/metrics.jsonl",
+    ]
+    for text in metrics.values():
+        train = [json.loads(ln) for ln in text.splitlines() if '"actor/lr"' in ln]
+        assert [m["actor/router_lr_mult"] for m in train] == [1.0, 30.0]  # the schedule, step by step
+    packed = steps.read_bytes()
+    assert sweep.pack_steps(tmp_path / "work", steps).read_bytes() == packed
     assert row["name"] == "t1" and {r["algo"] for r in row["runs"]} == {"gmpo", "grpo"}
     for r in row["runs"]:
         assert [s for s, _ in r["val"]] == [0, 1, 2] and 0 <= r["final_acc"] <= 1
         assert 0 < r["min_gamma"] <= 1 and r["base_acc"] == row["base_acc"]
     assert row["gmpo"]["n"] == 1 and row["grpo"]["min_gamma"] == row["runs"][1]["min_gamma"]
     md = (tmp_path / "trials.md").read_text()
-    assert table(rows) in md and md.endswith(gate_table(rows)) and "| t1 | tiny | optim.lr=1e-3 | 2 |" in md
+    setting = "optim.lr=1e-3 optim.router_lr_mult_final=30 optim.router_lr_change=[1, 1]"
+    assert table(rows) in md and md.endswith(gate_table(rows)) and f"| t1 | tiny | {setting} | 2 |" in md
     assert "| t1 | gmpo | ✗ +0.0 | ✗ – |" in md  # the gate's line: no learning, no collapse in 2 steps
     assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
     lines = (tmp_path / "work" / "trials.jsonl").read_text().splitlines()

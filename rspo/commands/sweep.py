@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each with --threads threads)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads per run")
     ap.add_argument("--table", default=None, help="write the Markdown trial table here")
+    ap.add_argument("--steps", default=None, help="pack every run's per-step metrics into this tar.xz")
     ap.add_argument("--only", action="append", default=None, help="run only these trials (repeatable)")
     ap.add_argument(
         "--pretrain-threads",
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
             table_path=args.table,
             only=args.only,
             pretrain_threads=args.pretrain_threads,
+            steps_path=args.steps,
         )
     except sweep.SweepError as e:
         print(f"rspo sweep: {e}", file=sys.stderr)
