@@ -14,6 +14,20 @@ the sweep file before its runs:
   steps before its collapse, mean router-shift ratio at most ``GATE_GAMMA`` or at least ``GATE_UNDER`` of
   the response tokens under gamma_min (p4).
 
+Round 5 (configs/sweeps/small-round5.yaml) asks for drift that starts after the policy learned, with
+a noise-calibrated learn test L1 (``LEARN_MIN``: a flat series passes it with probability <= 5% per seed):
+
+- the learn-then-drift gate L(X), for X at seeds 0-4 and X+freeze at seeds 0-2, the router's lr x1
+  until step S, then raised: X learned by S (L1) with held-out at S at least the base's minus
+  ``HELDOUT_DROP`` (L2), in every seed; X collapses after S in at least ``DRIFT_SEEDS`` seeds (L3); X+freeze
+  collapses in none (L4); RS would act after S, the claims table's rule over the steps after S and
+  before the collapse (L5);
+- the build-up gate D (the router's lr rising from step 0): GRPO learned by step ``BUILDUP_S`` (D0) and
+  collapses after it in at least ``GATE_SEEDS`` of 3 seeds (D1); GMPO (D2) and GMPO+freeze (D3) never.
+
+Their measures are read from each run's per-step metrics (``drift_measures``), which round 5's record
+ships (steps.tar.xz), so every gate outcome can be recomputed from the steps.
+
 ``gate_measures`` is what `rspo sweep` records of each run for P(X); ``plugin_gate`` and ``sec3_gate``
 judge one trial; ``search_outcome`` reads a whole trials record (the JSON lines `rspo sweep` writes)
 and says, per gate, how many trials it judged and which met it. The claims table reads that outcome
@@ -26,6 +40,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +53,14 @@ GATE_SEEDS = 2  # ... in at least this many of the seeds
 GATE_GAMMA = 0.99  # p4: mean router-shift ratio before the collapse at most this ...
 GATE_UNDER = 0.01  # ... or at least this share of tokens under gamma_min
 PLUGIN_ALGOS = ("grpo", "gspo", "gmpo")
+
+LEARN_FIRST = 10  # L1: the first steps' mean reward ...
+LEARN_BEFORE = 20  # ... against the mean of the steps S-19..S
+NOISE_SD = 0.0749  # the largest per-step reward SD of the shipped natural-regime non-RS runs (15 runs)
+LEARN_MIN = 0.048  # >= 1.645 * NOISE_SD * sqrt(1/20 + 1/10): a flat series passes with <= 5% per seed
+HELDOUT_DROP = 0.02  # L2: held-out at S at least the base's minus this
+DRIFT_SEEDS = 3  # L3: collapses after S in at least this many of the 5 seeds
+BUILDUP_S = 100  # D: the learn-first step of the build-up trials
 
 
 def gate_measures(train: list[dict[str, Any]], collapse_step: int | None) -> dict[str, float]:
@@ -108,12 +131,13 @@ def _runs(rows: list[dict[str, Any]], trial: dict[str, Any], method: str) -> lis
 
 
 def plugin_outcomes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
-    """(trial, X, P(X)) for every trial of the record whose runs carry the gate's measures, and every
-    algorithm X it ran without a routing mode or RS, in the record's order."""
+    """(trial, X, P(X)) for every trial of the record whose runs carry the gate's measures and whose
+    router lr has no schedule, and every algorithm X it ran without a routing mode or RS, in the
+    record's order."""
     out = []
     for t in rows:
-        if not t["runs"] or "learn_gain" not in t["runs"][0]:
-            continue
+        if not t["runs"] or "learn_gain" not in t["runs"][0] or router_lr_change(t) is not None:
+            continue  # (a scheduled trial is judged by round 5's gates: drift_outcomes)
         for algo in [a for a in t.get("runs_spec", {}) if "+" not in a]:
             runs = [r for r in t["runs"] if r["algo"] == algo]
             frozen = _runs(rows, t, f"{algo}+freeze")
@@ -184,4 +208,147 @@ def search_outcome(rows: list[dict[str, Any]]) -> dict[str, GateSearch]:
     out = {"sec3": search("Sec. 3 (g1-g3)", sec3_outcomes(rows))}
     for algo in PLUGIN_ALGOS:
         out[algo] = search(f"P({algo})", [(t, g["outcome"]) for t, x, g in plugin if x == algo])
+    return out
+
+
+# ----------------------------------------------------------------------------- round 5: drift after learning
+
+
+def drift_measures(steps: list[dict[str, Any]], start: int, collapse_step: int | None) -> dict[str, Any]:
+    """What round 5's gates read from one run's per-step metrics (metrics.jsonl rows, step 0's
+    validation included), for drift that starts after step ``start``: ``learn``, mean training reward of
+    steps start-19..start minus that of steps 1-10 (L1, D0); ``noise``, the per-step reward SD over
+    steps 1..start (SD of the first differences / sqrt 2); ``heldout_base`` and ``heldout_at_s``, the
+    greedy held-out score at steps 0 and ``start`` (None where not validated); ``post_gamma`` and
+    ``post_under``, the mean per-step router-shift ratio and share of tokens under gamma_min over the
+    steps after ``start`` and before the collapse (L5)."""
+    train = [r for r in steps if "critic/score/mean" in r]
+    reward = [r["critic/score/mean"] for r in train]
+    if len(reward) < start or start < LEARN_BEFORE:
+        raise ValueError(
+            f"drift_measures: {len(reward)} training steps, need at least start = {start} >= {LEARN_BEFORE}"
+        )
+    val = {r["step"]: r["val/val/score"] for r in steps if "val/val/score" in r}
+    diffs = [b - a for a, b in zip(reward[: start - 1], reward[1:start])]
+    after = [r for r in train if r["step"] > start and (collapse_step is None or r["step"] < collapse_step)]
+    return {
+        "learn": statistics.mean(reward[start - LEARN_BEFORE : start]) - statistics.mean(reward[:LEARN_FIRST]),
+        "noise": statistics.stdev(diffs) / 2**0.5,
+        "heldout_base": val.get(0),
+        "heldout_at_s": val.get(start),
+        "post_gamma": statistics.mean(r["router/shift_ratio_mean"] for r in after) if after else None,
+        "post_under": statistics.mean(r["router/shift_clipfrac"] for r in after) if after else None,
+    }
+
+
+def _after(runs: list[dict[str, Any]], start: int) -> int:
+    return sum(bool(r["collapsed"]) and (r["collapse_step"] or 0) > start for r in runs)
+
+
+def _outcome(verdict: dict[str, bool | None], pending: str) -> str:
+    failed = [k for k, v in verdict.items() if v is False]
+    return f"fails: {', '.join(failed)}" if failed else f"pending {pending}" if None in verdict.values() else "meets"
+
+
+def learn_then_drift_gate(
+    runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None, start: int
+) -> dict[str, Any]:
+    """L(X) on X's runs (each with ``drift_measures`` and collapsed / collapse_step) and X+freeze's
+    (None: not run yet): each criterion's verdict and values, and the outcome ("meets", "fails: L1, L3",
+    "pending L4")."""
+    post = [r for r in runs if r["post_gamma"] is not None]
+    gamma = statistics.mean(r["post_gamma"] for r in post) if post else None
+    under = statistics.mean(r["post_under"] for r in post) if post else None
+    verdict = {
+        "L1": all(r["learn"] >= LEARN_MIN for r in runs),
+        "L2": all(
+            r["heldout_at_s"] is not None and r["heldout_at_s"] >= r["heldout_base"] - HELDOUT_DROP for r in runs
+        ),
+        "L3": _after(runs, start) >= DRIFT_SEEDS,
+        "L4": None if freeze is None else not any(r["collapsed"] for r in freeze),
+        "L5": gamma is not None and (gamma <= GATE_GAMMA or under >= GATE_UNDER),
+    }
+    return {
+        **verdict,
+        "outcome": _outcome(verdict, "L4"),
+        "learn": [r["learn"] for r in runs],
+        "noise": max(r["noise"] for r in runs),
+        "heldout": [(r["heldout_base"], r["heldout_at_s"]) for r in runs],
+        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in runs],
+        "post_gamma": gamma,
+        "post_under": under,
+        "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
+        "freeze_n": None if freeze is None else len(freeze),
+    }
+
+
+def buildup_gate(
+    grpo: list[dict[str, Any]], gmpo: list[dict[str, Any]], freeze: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """D on the build-up trials' runs (``drift_measures`` at ``BUILDUP_S``): verdicts and outcome."""
+    verdict = {
+        "D0": all(r["learn"] >= LEARN_MIN for r in grpo),
+        "D1": _after(grpo, BUILDUP_S) >= GATE_SEEDS,
+        "D2": not any(r["collapsed"] for r in gmpo),
+        "D3": None if freeze is None else not any(r["collapsed"] for r in freeze),
+    }
+    return {
+        **verdict,
+        "outcome": _outcome(verdict, "D3"),
+        "learn": [r["learn"] for r in grpo],
+        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in grpo],
+        "gmpo_collapsed": sum(r["collapsed"] for r in gmpo),
+    }
+
+
+def router_lr_change(trial: dict[str, Any]) -> tuple[int, int] | None:
+    """The (start, end) of a trial's router-lr schedule (its ``optim.router_lr_change=[a, b]`` setting), or None."""
+    for item in trial.get("set", []):
+        key, _, value = item.partition("=")
+        if key.strip() == "optim.router_lr_change":
+            start, end = json.loads(value)
+            return int(start), int(end)
+    return None
+
+
+def drift_outcomes(
+    rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]]
+) -> list[tuple[dict[str, Any], str, str, dict[str, Any]]]:
+    """(trial, gate "L" or "D", X, result) for every trial of the record whose router-lr schedule is a
+    step (L(X) for each X it ran without a routing mode, S = the step) or a rise (D, S = BUILDUP_S),
+    its runs' measures read from their per-step metrics: ``steps_of(trial name, method, seed)``. A
+    frozen-router trial of the same setting is read for L4 / D3, not judged itself."""
+
+    def measured(trial: dict[str, Any], method: str, start: int) -> list[dict[str, Any]]:
+        out = []
+        for u in rows:
+            if _same_setting(u, trial):
+                for r in u["runs"]:
+                    if r["algo"] == method:
+                        collapse = r["collapse_step"] if r["collapsed"] else None
+                        steps = steps_of(u["name"], method, r["seed"])
+                        out.append({**r, **drift_measures(steps, start, collapse)})
+        return out
+
+    out = []
+    for t in rows:
+        change = router_lr_change(t)
+        algos = [a for a in t.get("runs_spec", {}) if "+" not in a]
+        if change is None or not algos:
+            continue
+        start = change[0] if change[0] == change[1] else BUILDUP_S
+        if not LEARN_BEFORE <= start < t["steps"]:  # too short a trial to learn first and drift after
+            why = f"not judged: S = {start} needs {LEARN_BEFORE} <= S < the trial's {t['steps']} steps"
+            out.append((t, "L" if change[0] == change[1] else "D", algos[0], {"outcome": why}))
+            continue
+        if change[0] == change[1]:  # a step: learn, then drift
+            for algo in algos:
+                freeze = measured(t, f"{algo}+freeze", change[0])
+                out.append(
+                    (t, "L", algo, learn_then_drift_gate(measured(t, algo, change[0]), freeze or None, change[0]))
+                )
+        elif "grpo" in algos:  # a rise: drift that builds up
+            freeze = measured(t, "gmpo+freeze", BUILDUP_S)
+            result = buildup_gate(measured(t, "grpo", BUILDUP_S), measured(t, "gmpo", BUILDUP_S), freeze or None)
+            out.append((t, "D", "grpo", result))
     return out

@@ -38,6 +38,7 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,9 @@ from typing import Any
 import yaml
 
 from rspo import base_pin
+from rspo.jsonl import iter_jsonl
 from rspo.preset import Preset
-from rspo.regime_gates import WINDOW, gate_measures, plugin_outcomes
+from rspo.regime_gates import WINDOW, drift_outcomes, gate_measures, plugin_outcomes, router_lr_change
 from rspo.subcommand import rspo_argv
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
@@ -483,17 +485,121 @@ def gate_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def steps_in_work(work: Path) -> Callable[[str, str, int], list[dict[str, Any]]]:
+    """(trial name, method, seed) -> that run's per-step metrics, from a sweep's work folder."""
+
+    def steps_of(name: str, method: str, seed: int) -> list[dict[str, Any]]:
+        found = [
+            p
+            for p in (work / "runs").glob(f"{name}-*/{method}-s{seed}/metrics.jsonl")
+            if _keyed(name, p.parent.parent.name)
+        ]
+        if len(found) != 1:
+            raise SweepError(f"{work}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
+        return [obj for _, obj in iter_jsonl(found[0])]
+
+    return steps_of
+
+
+def steps_in_pack(path: str | Path) -> Callable[[str, str, int], list[dict[str, Any]]]:
+    """(trial name, method, seed) -> that run's per-step metrics, from a record's steps.tar.xz (pack_steps)."""
+    import tarfile
+
+    with tarfile.open(path) as tf:
+        texts = {m.name: tf.extractfile(m).read().decode() for m in tf.getmembers() if m.name.endswith("metrics.jsonl")}
+
+    def steps_of(name: str, method: str, seed: int) -> list[dict[str, Any]]:
+        found = [
+            t
+            for n, t in texts.items()
+            if n.endswith(f"/{method}-s{seed}/metrics.jsonl") and _keyed(name, n.split("/")[0])
+        ]
+        if len(found) != 1:
+            raise SweepError(f"{path}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
+        return [json.loads(ln) for ln in found[0].splitlines() if ln.strip()]
+
+    return steps_of
+
+
+def _keyed(name: str, folder: str) -> bool:
+    """Whether a run folder's trial part ``<name>-<12 hex>`` belongs to trial ``name``."""
+    head, _, key = folder.rpartition("-")
+    return head == name and len(key) == 12 and all(c in "0123456789abcdef" for c in key)
+
+
+def drift_gate_table(rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]]) -> str:
+    """One line per (scheduled trial, gate): round 5's L(X) and D (rspo.regime_gates), each criterion's
+    values per seed, read from the runs' per-step metrics."""
+    from rspo.regime_gates import LEARN_MIN, NOISE_SD
+
+    cols = [
+        "trial",
+        "gate",
+        f"learned by S: reward S-19..S − 1-10 (pts, per seed; bar {100 * LEARN_MIN:.1f})",
+        "held-out at 0 → S (%)",
+        "collapse step per seed",
+        "mean γ / share under γmin after S",
+        "frozen control collapsed",
+        "per-step SD ≤ S (max)",
+        "outcome",
+    ]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
+    mark = lambda v: "–" if v is None else "✓" if v else "✗"  # noqa: E731
+    for t, gate, algo, g in drift_outcomes(rows, steps_of):
+        name = f"L({algo})" if gate == "L" else "D"
+        if "learn" not in g:  # not judged (too short)
+            lines.append("| " + " | ".join([t["name"], name, *["–"] * 6, g["outcome"]]) + " |")
+            continue
+        steps = ", ".join("–" if x is None else str(x) for x in g["collapse_steps"])
+        learn = ", ".join(f"{100 * x:+.1f}" for x in g["learn"])
+        if gate == "L":
+            held = ", ".join(
+                "–" if b is None or s is None else f"{100 * b:.1f} → {100 * s:.1f}" for b, s in g["heldout"]
+            )
+            drift = "–" if g["post_gamma"] is None else f"{g['post_gamma']:.4f} / {100 * g['post_under']:.2f}%"
+            cells = [
+                name,
+                f"{mark(g['L1'])} {learn}",
+                f"{mark(g['L2'])} {held}",
+                f"{mark(g['L3'])} {steps}",
+                f"{mark(g['L5'])} {drift}",
+                "not run" if g["L4"] is None else f"{mark(g['L4'])} {g['freeze_collapsed']}/{g['freeze_n']}",
+                f"{100 * g['noise']:.1f}" + (" (above the bar's SD)" if g["noise"] > NOISE_SD else ""),
+            ]
+        else:
+            cells = [
+                "D",
+                f"{mark(g['D0'])} {learn}",
+                "–",
+                f"{mark(g['D1'])} GRPO {steps}; {mark(g['D2'])} GMPO {g['gmpo_collapsed']} collapsed",
+                "–",
+                "not run" if g["D3"] is None else mark(g["D3"]),
+                "–",
+            ]
+        lines.append("| " + " | ".join([t["name"], *cells, g["outcome"]]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], table_path: str) -> None:
     path = Path(table_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
+    text = (
         "Pretrained bases\n\n"
         + bases_table(spec, work, rows)
         + "\nTrials (one line per trial, in the order run)\n\n"
         + table(rows)
-        + "\nPlug-in gate P(X) (round 4; configs/sweeps/small.yaml states it; p3 reads X+freeze's runs of the same "
-        "setting, run only where p1, p2 and p4 hold)\n\n" + gate_table(rows)
     )
+    if any(router_lr_change(t) is None for t in rows):
+        text += (
+            "\nPlug-in gate P(X) (round 4; configs/sweeps/small.yaml states it; p3 reads X+freeze's runs of the "
+            "same setting, run only where p1, p2 and p4 hold)\n\n" + gate_table(rows)
+        )
+    if any(router_lr_change(t) is not None for t in rows):
+        text += (
+            "\nDrift after learning (round 5; configs/sweeps/small-round5.yaml states the gates; read from the "
+            "runs' per-step metrics)\n\n" + drift_gate_table(rows, steps_in_work(work))
+        )
+    path.write_text(text)
 
 
 def run_sweep(

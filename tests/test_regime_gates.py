@@ -87,3 +87,157 @@ def test_a_search_says_which_trials_judged_each_gate_and_which_met_it(tmp_path):
     path.write_text("\n")
     with pytest.raises(TrialsError, match="no trials"):
         read_trials(path)
+
+
+# ----------------------------------------------------------------------------- round 5
+
+
+def _steps(rewards, *, val0=0.6, val_s=0.6, start=100, gamma=0.999, gamma_after=0.985, under_after=0.0):
+    """A run's metrics.jsonl rows: step 0's validation, then one row per step (validation at ``start``);
+    the router-shift ratio ``gamma`` up to ``start``, ``gamma_after`` from then on."""
+    rows = [{"step": 0, "val/val/score": val0}]
+    for i, r in enumerate(rewards, 1):
+        after = i > start
+        row = {
+            "step": i,
+            "critic/score/mean": r,
+            "router/shift_ratio_mean": gamma_after if after else gamma,
+            "router/shift_clipfrac": under_after if after else 0.0,
+        }
+        if i == start:
+            row["val/val/score"] = val_s
+        rows.append(row)
+    return rows
+
+
+def test_the_learn_test_is_calibrated_to_the_measured_noise():
+    """L1's bar passes a flat series of the measured per-step SD with probability <= 5% (one-sided
+    normal point over the 20-step and 10-step means), and round 4's p1 (best window + 2 points) with
+    far more: the reason round 5 replaced it."""
+    import random
+
+    from rspo.regime_gates import LEARN_BEFORE, LEARN_FIRST, LEARN_MIN, NOISE_SD, drift_measures
+
+    assert LEARN_MIN >= 1.6449 * NOISE_SD * (1 / LEARN_BEFORE + 1 / LEARN_FIRST) ** 0.5
+    rng = random.Random(0)
+    flats = [[0.6 + rng.gauss(0, NOISE_SD) for _ in range(230)] for _ in range(2000)]
+    passed = sum(drift_measures(_steps(f), 100, None)["learn"] >= LEARN_MIN for f in flats) / len(flats)
+    assert passed <= 0.06
+    p1 = (
+        sum(
+            gate_measures(
+                [
+                    {
+                        "step": i + 1,
+                        "critic/score/mean": r,
+                        "router/shift_ratio_mean": 1.0,
+                        "router/shift_clipfrac": 0.0,
+                    }
+                    for i, r in enumerate(f[:150])
+                ],
+                None,
+            )["learn_gain"]
+            >= 0.02
+            for f in flats[:300]
+        )
+        / 300
+    )
+    assert p1 > 0.5
+    noise = drift_measures(_steps(flats[0]), 100, None)["noise"]
+    assert noise == pytest.approx(NOISE_SD, rel=0.25)
+
+
+def _drift_run(rewards, collapse=None, algo="grpo", seed=0, **kw):
+    from rspo.regime_gates import drift_measures
+
+    return {
+        "algo": algo,
+        "seed": seed,
+        "collapsed": collapse is not None,
+        "collapse_step": collapse,
+        **drift_measures(_steps(rewards, **kw), 100, collapse),
+    }
+
+
+LEARNS_THEN_FALLS = [0.5] * 10 + [0.6] * 100 + [0.1] * 120  # +10 points by step 100, falls after
+
+
+def test_the_learn_then_drift_gate_reads_learning_heldout_late_collapse_drift_and_control():
+    from rspo.regime_gates import learn_then_drift_gate
+
+    x = [_drift_run(LEARNS_THEN_FALLS, collapse=150, seed=s) for s in range(5)]
+    assert x[0]["learn"] == pytest.approx(0.1) and x[0]["post_gamma"] == pytest.approx(0.985)
+    never = [_drift_run([0.6] * 230, algo="grpo+freeze", seed=s) for s in range(3)]
+    g = learn_then_drift_gate(x, never, 100)
+    assert g["outcome"] == "meets" and g["collapse_steps"] == [150] * 5
+    assert learn_then_drift_gate(x, None, 100)["outcome"] == "pending L4"
+    # two collapses after S of five, one before S (not "after S"), a flat seed, held-out 3 points down at S
+    mixed = x[:2] + [_drift_run(LEARNS_THEN_FALLS, collapse=90, seed=2)] + [_drift_run([0.5] * 230, seed=3)]
+    mixed.append(_drift_run(LEARNS_THEN_FALLS, seed=4, val_s=0.57))
+    assert learn_then_drift_gate(mixed, never, 100)["outcome"] == "fails: L1, L2, L3"
+    # drift RS would not act on after S, and a frozen control that collapses
+    quiet = [
+        _drift_run(LEARNS_THEN_FALLS, collapse=150, seed=s, gamma_after=0.998, under_after=0.002) for s in range(5)
+    ]
+    assert learn_then_drift_gate(quiet, never[:2] + [_drift_run([0.6] * 230, collapse=200)], 100)["outcome"] == (
+        "fails: L4, L5"
+    )
+
+
+def test_the_buildup_gate_needs_grpo_to_learn_first_then_collapse_and_gmpo_to_survive():
+    from rspo.regime_gates import buildup_gate
+
+    grpo = [_drift_run(LEARNS_THEN_FALLS, collapse=c, seed=s) for s, c in enumerate((150, 170, None))]
+    gmpo = [_drift_run(LEARNS_THEN_FALLS, algo="gmpo", seed=s) for s in range(3)]
+    assert buildup_gate(grpo, gmpo, gmpo)["outcome"] == "meets"
+    assert buildup_gate(grpo, gmpo, None)["outcome"] == "pending D3"
+    early = [_drift_run([0.5] * 230, collapse=60, seed=s) for s in range(3)]  # falls before it learns
+    assert buildup_gate(early, gmpo[:2] + grpo[:1], None)["outcome"] == "fails: D0, D1, D2"
+
+
+def test_drift_outcomes_judge_scheduled_trials_from_their_steps_and_leave_round_4_gates_alone():
+    """A step schedule is judged by L(X) with X+freeze found in another trial of the same setting, a
+    rise by D; neither is judged by round 4's P(X) (plugin_outcomes)."""
+    from rspo.regime_gates import drift_outcomes, plugin_outcomes
+
+    step = ["optim.router_lr_mult_final=150", "optim.router_lr_change=[100, 100]"]
+    rise = ["optim.router_lr_mult_final=150", "optim.router_lr_change=[0, 200]"]
+    steps = {}
+
+    def run(trial, algo, seed, rewards, collapse=None):
+        steps[(trial, algo, seed)] = _steps(rewards)
+        return {
+            "algo": algo,
+            "seed": seed,
+            "collapsed": collapse is not None,
+            "collapse_step": collapse,
+            **gate_measures([r for r in _steps(rewards) if "critic/score/mean" in r], collapse),
+        }
+
+    a = _trial(
+        "r5a", [run("r5a", "gmpo", s, LEARNS_THEN_FALLS, 140) for s in range(5)], step, {"gmpo": [0, 1, 2, 3, 4]}
+    )
+    f = _trial(
+        "r5a-freeze",
+        [run("r5a-freeze", "gmpo+freeze", s, [0.6] * 230) for s in range(3)],
+        step,
+        {"gmpo+freeze": [0, 1, 2]},
+    )
+    b = _trial(
+        "r5b",
+        [
+            run("r5b", m, s, LEARNS_THEN_FALLS, 150 if m == "grpo" else None)
+            for m in ("grpo", "gmpo", "gmpo+freeze")
+            for s in range(3)
+        ],
+        rise,
+        {"grpo": [0, 1, 2], "gmpo": [0, 1, 2], "gmpo+freeze": [0, 1, 2]},
+    )
+    for t in (a, f, b):
+        t["steps"] = 230
+    out = drift_outcomes([a, f, b], lambda name, m, s: steps[(name, m, s)])
+    assert [(t["name"], gate, x, g["outcome"]) for t, gate, x, g in out] == [
+        ("r5a", "L", "gmpo", "meets"),
+        ("r5b", "D", "grpo", "meets"),
+    ]
+    assert plugin_outcomes([a, f, b]) == []

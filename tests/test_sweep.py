@@ -72,8 +72,8 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     assert row["gmpo"]["n"] == 1 and row["grpo"]["min_gamma"] == row["runs"][1]["min_gamma"]
     md = (tmp_path / "trials.md").read_text()
     setting = "optim.lr=1e-3 optim.router_lr_mult_final=30 optim.router_lr_change=[1, 1]"
-    assert table(rows) in md and md.endswith(gate_table(rows)) and f"| t1 | tiny | {setting} | 2 |" in md
-    assert "| t1 | gmpo | ✗ +0.0 | ✗ – |" in md  # the gate's line: no learning, no collapse in 2 steps
+    assert table(rows) in md and "Plug-in gate P(X)" not in md and f"| t1 | tiny | {setting} | 2 |" in md
+    assert "| t1 | L(gmpo) | – | – | – | – | – | – | not judged: S = 1 needs 20 <= S < the trial's 2 steps |" in md
     assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
     lines = (tmp_path / "work" / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 1
@@ -104,7 +104,10 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
     assert rows[3]["base_acc"] == rows[0]["base_acc"] and rows[3]["pretrain_wall_s"] == 0
     installed = next((tmp_path / "work" / "bases").glob("pinned-*"))
     assert weights_sha256(installed) == weights_sha256(tiny) and rows[1]["pretrain_wall_s"] == 0
-    assert "| pinned | the preset's pinned base (base_model) |" in (tmp_path / "trials.md").read_text()
+    md = (tmp_path / "trials.md").read_text()
+    assert "| pinned | the preset's pinned base (base_model) |" in md
+    # round 4's gate judges the unscheduled trials, round 5's the scheduled one
+    assert gate_table(rows) in md and "| t2 | gmpo | ✗ +0.0 | ✗ – |" in md and "| t1 | L(gmpo) |" in md
 
 
 @pytest.mark.parametrize(
