@@ -27,7 +27,9 @@ on the same machine): each piece is packed with ``--seeds``; its manifest record
 commit and the base model's weights (``bases``: sha256 of each base pretrained here, where the
 weights are in the results). ``merge`` builds one archive from pieces and refuses pieces of
 different studies (preset name, digest, grid selection), from different bases, a run present in two
-pieces, or two versions of one shared file.
+pieces, or two versions of one shared file. A study may grow by a family after its pieces were packed:
+the new family's piece (``pack --families``, under a preset that differs only in ``default_families``)
+comes last, may hold the paired arm's runs with the same bytes, and the merged archive is of its preset.
 
 ``unpack`` checks everything before it writes anything: the format and version, that the archive
 is of this preset (name and digest), the bundle's size and sha256, each member's tar header against
@@ -412,6 +414,49 @@ REMEASURED = ("bench.json", "eval/base/")
 time), so two pieces' versions differ even on one machine: a merge keeps the first piece's."""
 
 
+def _same_run(run: str, a: dict[str, str], b: dict[str, str]) -> bool:
+    """Whether two pieces' manifests (path -> sha256) hold run ``run`` with the same files and bytes."""
+    mine = lambda files: {p: h for p, h in files.items() if p.startswith((f"runs/{run}/", f"eval/{run}/"))}  # noqa: E731
+    return mine(a) == mine(b)
+
+
+def _check_growth(manifests: list[tuple[Path, dict[str, Any]]]) -> None:
+    """Pieces of a study that grew by a family after its first pieces were packed: each piece's preset
+    (its copy beside the bundle) is the last piece's but for ``default_families``, and the last
+    piece's preset selects every family any piece ran (its default selection, or the ``--families``
+    it was packed with). Raises ArchiveError naming what differs."""
+    from rspo.plan import preset_digest
+
+    last_path, last = manifests[-1]
+    presets = {}
+    for path, m in manifests:
+        kept = own_preset(path, m["preset"])
+        if kept is None:
+            raise ArchiveError(f"{path}: a piece of another preset version has no copy of its preset to compare")
+        presets[path] = Preset.load(kept).data
+        if preset_digest(presets[path], "report") != m["preset_digest"]:
+            raise ArchiveError(
+                f"{path} and {last_path} are pieces of different studies: preset_digest {m['preset_digest']!r} "
+                f"is not that of the piece's own preset copy {kept}"
+            )
+    final = presets[last_path]
+    selected = set(final.get("default_families") or [])
+    for path, m in manifests:
+        mine = {k: v for k, v in presets[path].items() if k != "default_families"}
+        differ = sorted(k for k in set(mine) | set(final) if k != "default_families" and mine.get(k) != final.get(k))
+        if differ:
+            raise ArchiveError(
+                f"{path} and {last_path} are pieces of different studies: their presets differ in "
+                f"{', '.join(differ)} (pieces may differ only in default_families, a study that grew by a family)"
+            )
+        ran = set(m.get("families") or presets[path].get("default_families") or [])
+        if not ran <= selected:
+            raise ArchiveError(
+                f"{path} ran families {sorted(ran - selected)} that the last piece's preset ({last_path}) "
+                f"does not select (default_families {sorted(selected)}): the newest preset comes last"
+            )
+
+
 def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
     """One archive in ``out`` from archives of pieces of one study (``pack`` with a seed selection),
     each checked whole first: refused when the pieces come from other presets or other versions of
@@ -420,7 +465,13 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
     every piece measures anew (``REMEASURED``: the benchmark's timings, the base model's evaluation with
     its wall time): of those the first piece's is kept and the others' sha256 are listed under
     ``shared`` (the pieces' own archives keep them). The merged manifest lists each piece (seeds,
-    commit, when packed); the preset copy of the first piece is kept."""
+    commit, when packed); the preset copy of the first piece is kept.
+
+    A study may grow by a family after its first pieces were packed (the stop-gradient arm beside the
+    shipped plug-in runs): a piece packed with ``--families`` under a preset that differs from the
+    earlier pieces' only in ``default_families`` comes last (``_check_growth``), and may hold runs of
+    earlier pieces with the same bytes (the paired arm it was trained beside, copied from the shipped
+    archive); the merged archive is of the last piece's preset, its default selection."""
     import shutil
     import tempfile
 
@@ -428,13 +479,18 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
         raise ArchiveError("merge needs two pieces or more")
     manifests = [(Path(p), read_manifest(p)) for p in pieces]
     first_path, first = manifests[0]
+    last_path, last = manifests[-1]
+    grown = any(m.get(k) != last.get(k) for _, m in manifests for k in ("preset_digest", "families"))
     for path, m in manifests[1:]:
-        for key in ("preset", "preset_digest", "full", "families"):
+        for key in ("preset", "full") if grown else ("preset", "preset_digest", "full", "families"):
             if m.get(key) != first.get(key):
                 raise ArchiveError(
                     f"{path} and {first_path} are pieces of different studies: "
                     f"{key} {m.get(key)!r} vs {first.get(key)!r}"
                 )
+    if grown:
+        _check_growth(manifests)
+    for path, m in manifests[1:]:
         bases = m.get("bases") or {}
         for base, digest in (first.get("bases") or {}).items():
             if base in bases and bases[base] != digest:
@@ -443,11 +499,12 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
                     f"{bases[base][:12]} vs {digest[:12]}): their paired runs are not one study"
                 )
     owner: dict[str, Path] = {}
+    files = {path: {e["path"]: e["sha256"] for e in m["members"]} for path, m in manifests}
     for path, m in manifests:
         for run in m["runs"]:
-            if run in owner:
+            if run in owner and not (grown and _same_run(run, files[owner[run]], files[path])):
                 raise ArchiveError(f"run {run} is in two pieces: {owner[run]} and {path}")
-            owner[run] = path
+            owner.setdefault(run, path)
     entries: dict[str, dict[str, Any]] = {}
     source: dict[str, Path] = {}  # member -> the piece whose bytes the merged archive keeps
     shared: dict[str, dict[str, Any]] = {}  # measured anew by several pieces: the versions not kept
@@ -495,8 +552,10 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
         bundle, merged = _bundle(
             {rel: staging / rel for rel in entries}, {rel: e["mtime"] for rel, e in entries.items()}
         )
+    header = last if grown else first
     manifest = {
-        **{k: first[k] for k in ("format", "version", "preset", "preset_digest", "full", "families")},
+        **{k: header[k] for k in ("format", "version", "preset", "preset_digest", "full")},
+        "families": None if grown else first["families"],
         "seeds": sorted({s for _, m in manifests for s in m.get("seeds", [])}),
         "git_commit": sorted({m.get("git_commit") for _, m in manifests if m.get("git_commit")}),
         "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -514,7 +573,7 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    kept = own_preset(first_path, first["preset"])
+    kept = own_preset(last_path if grown else first_path, first["preset"])
     if kept is not None:
         shutil.copyfile(kept, out / kept.name)
     (out / BUNDLE).write_bytes(bundle)

@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 from test_report import write_fake_results
 from test_workflow import job_counts, make_workspace, snakemake
 
@@ -619,6 +620,55 @@ def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp
         merge([a, tmp_path / "piece-c"], tmp_path / "z")
     with pytest.raises(ArchiveError, match="two pieces or more"):
         merge([a], tmp_path / "one")
+
+
+def test_a_study_that_grew_by_a_family_merges_with_its_new_piece_last(tmp_path):
+    """A family added to a study after its pieces were packed (the stop-gradient arm beside the plug-in
+    runs): its piece, packed with --families under a preset that differs only in default_families and
+    holding the paired arm's runs with the same bytes, merges last into the archive of the grown preset.
+    Refused: the new piece not last, a preset that differs in more, a shared run with other bytes."""
+    import shutil
+
+    from rspo.archive import merge, unpack, verify
+
+    shipped, manifest, plan, (a, b) = _pieces(tmp_path)
+
+    def grown_preset(name, **edit):
+        data = yaml.safe_load((shipped / "small.yaml").read_text())
+        data.update(default_families=["plugin", "mismatch_routing", "stop_gradient"], **edit)
+        path = tmp_path / name / "small.yaml"
+        path.parent.mkdir()
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    grown = grown_preset("grown")
+    results = tmp_path / "results"  # the study unpacked (by _pieces): the stop-gradient arm trained beside it
+    sg = Plan.from_file(grown, families=["stop_gradient"])
+    new_runs = [r for r in sg.runs if r not in manifest["runs"]]
+    assert new_runs and all("nosg" in r for r in new_runs)
+    for run in new_runs:
+        shutil.copytree(results / "runs" / run.replace("-nosg", ""), results / "runs" / run)
+        shutil.copytree(results / "eval" / run.replace("-nosg", ""), results / "eval" / run)
+    pack(sg, results, tmp_path / "piece-sg", preset_file=grown)
+    merged = merge([a, b, tmp_path / "piece-sg"], tmp_path / "merged")
+    whole = Plan.from_file(grown)
+    assert merged["runs"] == sorted(whole.runs) == sorted(manifest["runs"] + new_runs)
+    assert merged["families"] is None and [p["from"] for p in merged["pieces"]][-1] == str(tmp_path / "piece-sg")
+    assert (tmp_path / "merged" / "small.yaml").read_bytes() == grown.read_bytes()
+    verify(tmp_path / "merged", whole.preset)
+    unpack(tmp_path / "merged", whole.preset, tmp_path / "again")
+    with pytest.raises(ArchiveError, match=r"ran families \['stop_gradient'\] that the last piece's preset"):
+        merge([tmp_path / "piece-sg", a, b], tmp_path / "x")
+    other = grown_preset("other", seeds=[0, 1, 2, 3])
+    pack(Plan.from_file(other, [0, 1, 2], families=["stop_gradient"]), results, tmp_path / "piece-o", preset_file=other)
+    with pytest.raises(ArchiveError, match="their presets differ in seeds"):
+        merge([a, b, tmp_path / "piece-o"], tmp_path / "y")
+    run = next(r for r in sg.runs if "nosg" not in r)
+    log = results / "runs" / run / "metrics.jsonl"
+    log.write_text(log.read_text() + "\n")
+    pack(sg, results, tmp_path / "piece-d", preset_file=grown)
+    with pytest.raises(ArchiveError, match=f"run {run} is in two pieces"):
+        merge([a, b, tmp_path / "piece-d"], tmp_path / "z")
 
 
 def test_the_shipped_study_is_the_merge_of_its_committed_pieces(tmp_path, monkeypatch):
