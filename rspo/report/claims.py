@@ -219,7 +219,10 @@ def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
             f"gmpo-{rs}",
             f"gmpo-{rs}-nosg",
             round(0.05 * total_steps, 1),
-            rs=True,
+            # not an RS-weight row: without stop-gradient the loss carries the router gradient of
+            # |log r_new - log r_old| through gamma, which does not vanish as gamma -> 1, so the arm acts
+            # even where RS's weight is ~1 (the RS-inactive precondition does not apply; docs/verdicts.md)
+            rs=False,
         ),
         Claim(
             "throughput",
