@@ -218,7 +218,17 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
     )
     row = cells["rs-gmpo/acc/mismatch/equivalence"]
     assert row[role] == "equivalence (exploratory)" and row[n] == "3" and row[mean] == "+0.25"
-    assert row[ci] == "90% CI [-1.06, +1.56] *" and row[mde].endswith("(n=3)") and float(row[mde].split()[0]) > 2
+    assert row[ci] == "90% CI [-1.06, +1.56] *" and row[mde] == "–"  # the rule calls no equivalence row supported
+    # the MDE is the rule's: never below the margin, at Holm's strictest step for a primary row
+    from rspo.report.inference import rule_mde
+
+    judged = [r for r in rows if r.kind == "verdict" and math.isfinite(r.mde)]
+    assert judged and any(r.primary for r in judged) and any(not r.primary for r in judged)
+    for r in judged:
+        assert r.mde >= r.claim.margin
+        assert r.mde == pytest.approx(rule_mde(r.mde_sd, r.n, r.claim.margin, 21 if r.primary else 1), rel=1e-9)
+    primary = cells["r3-acc/reward/mismatch/verdict"]
+    assert primary[role] == "primary" and primary[mde].endswith("(n=3)") and float(primary[mde].split()[0]) > 1
     assert cells["rs-gmpo/reward/natural/verdict"][role] == "primary"
     assert cells["r3-agreement/agreement/mismatch/check"][role] == "check"
     assert cells["throughput/throughput/benchmark/verdict"][n] == "8 steps of one process"
@@ -234,8 +244,8 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
 @pytest.mark.parametrize("archive", sorted(p.parent.name for p in (ROOT / "docs" / "results").glob("*/archive.json")))
 def test_no_shipped_row_reads_more_than_its_data_say(archive, tmp_path):
     """Every row of the claims tables the shipped archives make: no zero-width interval, no sentinel
-    value, nothing below its margin called supported, an MDE with every interval; a primary row per
-    claim at most, every not-testable row with its reason (and no estimate, unless the regime search
+    value, nothing below its margin called supported, the rule's MDE with every verdict row's interval;
+    a primary row per claim at most, every not-testable row with its reason (and no estimate, unless the regime search
     made it not testable: then it keeps the effect it measured, rspo.report.regime_search)."""
     rows = _judged(ROOT / "docs" / "results" / archive, tmp_path)
     assert rows
@@ -245,7 +255,8 @@ def test_no_shipped_row_reads_more_than_its_data_say(archive, tmp_path):
             continue
         assert math.isfinite(r.mean) and abs(r.mean) < 1e3, r  # no -60 or other stand-in value
         if r.n >= 2:
-            assert r.est.high - r.est.low > 0 and math.isfinite(r.mde), r
+            assert r.est.high - r.est.low > 0, r
+            assert math.isfinite(r.mde) == (r.kind == "verdict"), r  # the rule's MDE: verdict rows only
         assert r.verdict != SUPPORTED or r.mean >= r.claim.margin, r
     primaries = [r.claim.key for r in rows if r.primary]
     assert len(primaries) == len(set(primaries))

@@ -39,12 +39,13 @@ them; for any run made since, the rule was fixed before it. In this order:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, replace
 
 from rspo.report import measures as m
-from rspo.report.inference import LEVEL, Estimate, equivalent, holm, interval, mde, p_above_zero, p_below
+from rspo.report.inference import LEVEL, Estimate, equivalent, holm, interval, p_above_zero, p_below, rule_mde
 
 SUPPORTED, IMMATERIAL, CONTRADICTED = "supported", "positive but immaterial", "contradicted"
 NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTABLE = "not supported", "inconclusive", "not testable"
@@ -72,8 +73,10 @@ RULE = (
     "the interval excludes 0 and the effect reaches the margin; positive but immaterial: excludes 0, "
     "effect below the margin; contradicted: wholly below 0; not supported: wholly below the margin; "
     f"inconclusive otherwise. Provisional: fewer than {MIN_SEEDS} seeds; interim: fewer runs than the "
-    "preset names. MDE: the smallest true effect detected with 80% power at the printed n, from the SD "
-    "pooled over the rows of the same measure and regime. Primary rows are one pre-registered family, "
+    "preset names. MDE: the smallest true effect this rule calls supported with 80% probability at the "
+    "printed n (its mean reaches the margin and its one-sided test passes, at the strictest Holm step of "
+    "the primary family for a primary row), from the SD pooled over the rows of the same measure and "
+    "regime; none for equivalence rows and checks. Primary rows are one pre-registered family, "
     "Holm-corrected whatever their verdict's direction (p: sup = effect > 0, non-sup = effect < margin, "
     "inf = effect < 0); equivalence rows (RS harmless where it does not act: 90% interval inside ±margin)"
     " and the rest are exploratory; checks hold by construction."
@@ -141,6 +144,8 @@ class Row:
     """"verdict", "equivalence" (RS harmless where it does not act) or "check" (true by construction)."""
     mde_sd: float = math.nan
     """The SD the MDE assumes: pooled over the rows of this measure and regime (the row's own SD when unset)."""
+    family: int = 1
+    """The primary family's size for a primary row (the MDE takes Holm's strictest step), 1 otherwise."""
     interim: bool = False
 
     @property
@@ -153,7 +158,12 @@ class Row:
 
     @property
     def mde(self) -> float:
-        return mde(self.mde_sd if math.isfinite(self.mde_sd) else self.est.sd, self.est.n)
+        """The smallest true effect the rule calls supported with 80% probability (``rule_mde``; nan for
+        equivalence rows and checks, which the rule does not call supported, and without an SD)."""
+        sd = self.mde_sd if math.isfinite(self.mde_sd) else self.est.sd
+        if self.kind != "verdict" or self.est.n < 2 or not sd > 0:
+            return math.nan
+        return _rule_mde(round(sd, 12), self.est.n, self.claim.margin, self.family)
 
     @property
     def provisional(self) -> bool:
@@ -167,6 +177,12 @@ class Row:
             return "check holds" if self.verdict == SUPPORTED else f"check: {self.verdict}"
         text = self.verdict + (f": {self.why}" if self.why else "")
         return text + (f" ({PROVISIONAL}: n < {MIN_SEEDS})" if self.provisional else "")
+
+
+@functools.cache
+def _rule_mde(sd: float, n: int, margin: float, family: int) -> float:
+    """``rule_mde``, once per (SD, n, margin, family): the rows of one measure and regime share them."""
+    return rule_mde(sd, n, margin, family)
 
 
 def not_testable(claim: Claim, regime: str, why: str, n: int = 0) -> Row:
@@ -336,5 +352,5 @@ def apply_holm(rows: list[Row], primary: dict[str, int | None]) -> list[Row]:
                 f"not after it ({test} p {p:.3f})"
             )
             r = replace(r, verdict=INCONCLUSIVE, why=why)
-        out.append(replace(r, primary=True, p_holm=p, test=test))
+        out.append(replace(r, primary=True, p_holm=p, test=test, family=len(primary)))
     return out
