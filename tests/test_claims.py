@@ -128,6 +128,10 @@ EQ = "equivalence"
 # with what moved and why. 2026-11-28 (issue 57): RS claims where RS does not act are not testable,
 # with an equivalence row beside them; the noise floor is a block jackknife (no random numbers); the
 # Holm family is the whole pre-registered list and corrects "not supported" too; R3's agreement is a check.
+NO_HARM = (
+    "not testable: the mismatch costs GMPO nothing measurable (its training reward over steps 41-60, natural "
+    "minus mismatch regime: -0.29 [-1.99, +1.42] points, n=3): no harm to repair"
+)
 EARLIER_VERDICTS = {
     ("grpo-collapses", "reward_drop", "natural"): "inconclusive" + P,
     ("grpo-collapses", "acc", "natural"): "inconclusive" + P,
@@ -182,12 +186,13 @@ EARLIER_VERDICTS = {
     # pre-registered family (was p 0.045 over the rows that happened to be testable)
     ("r3-kl", "mismatch_kl", "mismatch"): "inconclusive: supported before Holm's correction across the 21 "
     "pre-registered primary rows, not after it (sup p 0.120)" + P,
-    # was "not supported" under the bootstrap seed 0 (28 of 100 seeds; upper bound +0.98 against a margin
-    # of 1); the jackknife's interval [-1.56, +1.14] holds the margin
-    ("r3-acc", "reward", "mismatch"): "inconclusive" + P,
-    ("r3-acc", "acc", "mismatch"): "not supported" + P,
-    ("tis-acc", "reward", "mismatch"): "inconclusive" + P,
-    ("tis-acc", "acc", "mismatch"): "inconclusive" + P,
+    # were "inconclusive" / "not supported" / "inconclusive" / "inconclusive" (2026-12-06, issue 74): the
+    # FP8 engine cost GMPO no measurable training reward against the natural regime (steps 41-60), so
+    # R3 and TIS had no harm to repair; their rows carry that precondition now
+    ("r3-acc", "reward", "mismatch"): NO_HARM,
+    ("r3-acc", "acc", "mismatch"): NO_HARM,
+    ("tis-acc", "reward", "mismatch"): NO_HARM,
+    ("tis-acc", "acc", "mismatch"): NO_HARM,
     ("rs-tis-acc", "reward", "mismatch"): inactive("0.9986", "0.00025"),
     ("rs-tis-acc", "reward", "mismatch", EQ): "inconclusive" + P,
     ("rs-tis-acc", "acc", "mismatch"): inactive("0.9986", "0.00025"),
@@ -227,8 +232,8 @@ def test_the_table_prints_role_mde_and_the_rule(earlier, tmp_path):
     for r in judged:
         assert r.mde >= r.claim.margin
         assert r.mde == pytest.approx(rule_mde(r.mde_sd, r.n, r.claim.margin, 21 if r.primary else 1), rel=1e-9)
-    primary = cells["r3-acc/reward/mismatch/verdict"]
-    assert primary[role] == "primary" and primary[mde].endswith("(n=3)") and float(primary[mde].split()[0]) > 1
+    primary = cells["r3-kl/mismatch_kl/mismatch/verdict"]
+    assert primary[role] == "primary" and primary[mde].endswith("(n=3)") and float(primary[mde].split()[0]) > 0.32
     assert cells["rs-gmpo/reward/natural/verdict"][role] == "primary"
     assert cells["r3-agreement/agreement/mismatch/check"][role] == "check"
     assert cells["throughput/throughput/benchmark/verdict"][n] == "8 steps of one process"
@@ -352,3 +357,29 @@ def test_a_table_of_a_piece_of_the_study_is_an_interim_table(tmp_path):
     assert "grpo-s2" in note and "mismatch-gmpo-tis-s2" in note and "grpo-s1" not in note
     assert all(row[1][-1].text == "interim" or row[1][-1].text.startswith("not testable") for row in table.rows)
     assert max(int(row[1][4].text) for row in table.rows if row[1][4].text.isdigit()) == 2
+
+
+def test_r3_and_tis_improve_gmpo_only_where_the_mismatch_harms_it():
+    """The R3 and TIS "improves GMPO" rows of the mismatch regime are judged only where the mismatch
+    costs GMPO training reward against the natural regime (interval wholly above 0); elsewhere they read
+    not testable with the measured cost. Other rows are untouched."""
+    from rspo.report.inference import Estimate
+    from rspo.report.rule import Claim, Row
+
+    def row(key, regime="mismatch", kind="verdict"):
+        claim = Claim(key, key, "", "reward", "gmpo-tis", "gmpo", 1.0)
+        return Row(claim, regime, Estimate(0.5, -0.5, 1.5, 5, 0.8, 0.8, 0.3), "inconclusive", kind=kind)
+
+    rows = [row("r3-acc"), row("tis-acc"), row("r3-kl"), row("tis-acc", "natural"), row("tis-acc", kind="check")]
+    harmed = (Estimate(2.0, 1.0, 3.0, 5, 0.8, 0.8, 0.3), 41, 60)
+    assert claims.no_harm(rows, harmed) == rows
+    none = (Estimate(0.34, -0.26, 0.95, 5, 0.49, 0.43, 0.49), 41, 60)
+    out = claims.no_harm(rows, none)
+    assert out[2:] == rows[2:]
+    for r in out[:2]:
+        assert r.verdict == NOT_TESTABLE and r.n == 5
+        assert r.why == (
+            "the mismatch costs GMPO nothing measurable (its training reward over steps 41-60, natural minus "
+            "mismatch regime: +0.34 [-0.26, +0.95] points, n=5): no harm to repair"
+        )
+    assert claims.no_harm(rows, None)[0].why.startswith("no natural-regime GMPO runs")

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from rspo.grid import REGIMES
 from rspo.report import measures as m
-from rspo.report.inference import pooled_sd
+from rspo.report.inference import Estimate, interval, pooled_sd
 from rspo.report.regime_search import guard
-from rspo.report.rule import RULE, Claim, Row, apply_holm, judge, paired_rows
+from rspo.report.rule import RULE, Claim, Row, apply_holm, judge, not_testable, paired_rows
 
 SEC3 = "drift"
 """The regime built to test Sec. 3 (router drift that GRPO cannot survive but GMPO and a frozen
@@ -283,6 +283,60 @@ def mismatch_claims(gamma_min: float) -> list[Claim]:
     return out
 
 
+REPAIRS = ("r3-acc", "tis-acc")
+"""Claims that a mismatch tool improves the control: testable only where the mismatch harms it."""
+
+
+def mismatch_cost(plan, runs_dir: Path) -> tuple[Estimate, int, int] | None:
+    """What the mismatch regime costs GMPO: its training reward over the mismatch runs' late window
+    (the last third of their steps), natural-regime run minus mismatch-regime run of the same seed
+    (same prompts at each step), as an interval over seeds with the paired noise floor; -> (interval,
+    first step, last step), or None without both regimes' GMPO runs."""
+    if not plan.spec.has("mismatch"):
+        return None
+    total = plan.spec.rl(regime="mismatch").schedule.total_steps
+    first = total - max(1, round(total * m.LATE_FRACTION)) + 1
+    runs = {r.method: {} for r in plan.runs.values()}
+    for name, r in plan.runs.items():
+        if r.task == "countdown" and r.method in ("gmpo", "mismatch-gmpo"):
+            runs[r.method][r.seed] = Path(runs_dir) / name / "metrics.jsonl"
+    seeds = sorted(set(runs.get("gmpo", {})) & set(runs.get("mismatch-gmpo", {})))
+    seeds = [s for s in seeds if runs["gmpo"][s].is_file() and runs["mismatch-gmpo"][s].is_file()]
+    if len(seeds) < 2:
+        return None
+    diffs, noise = [], []
+    for s in seeds:
+        natural = m.reward_over(runs["gmpo"][s], first, total)
+        mismatch = m.reward_over(runs["mismatch-gmpo"][s], first, total)
+        diffs.append(natural.value - mismatch.value)
+        noise.append(m.pair_noise("reward", natural, mismatch))
+    return interval(diffs, math.sqrt(sum(x * x for x in noise) / len(noise))), first, total
+
+
+def no_harm(rows: list[Row], cost: tuple[Estimate, int, int] | None) -> list[Row]:
+    """The R3 and TIS "improves GMPO" rows made not testable where the mismatch costs GMPO nothing
+    measurable (``mismatch_cost``'s interval not wholly above 0): there is no harm for them to repair."""
+    out = []
+    for r in rows:
+        if r.claim.key not in REPAIRS or r.regime != "mismatch" or r.kind != "verdict":
+            out.append(r)
+            continue
+        if cost is None:
+            why = "no natural-regime GMPO runs to measure what the mismatch costs GMPO"
+        elif cost[0].low > 0:
+            out.append(r)
+            continue
+        else:
+            est, first, last = cost
+            why = (
+                f"the mismatch costs GMPO nothing measurable (its training reward over steps {first}-{last}, "
+                f"natural minus mismatch regime: {est.mean:+.2f} [{est.low:+.2f}, {est.high:+.2f}] points, "
+                f"n={est.n}): no harm to repair"
+            )
+        out.append(not_testable(r.claim, r.regime, why, r.n))
+    return out
+
+
 class RegimeRuns:
     """One regime's Countdown runs of a plan: names, measures and facts by method (run name without
     its seed and regime prefix) and seed; each run's facts read once."""
@@ -382,6 +436,7 @@ def collect(
             )
         claim = next(c for c in paper_claims(plan.default_gamma, total) if c.measure == "throughput")
         rows.append(judge(claim, "benchmark", [float(x) - claim.threshold for x in ratios], 0.0, seeds=False))
+    rows = no_harm(rows, mismatch_cost(plan, Path(runs_dir)))
     names = [r for r, _, _ in regimes]
     record = plan.spec.regime_trials
     if record is not None:  # the regime search's gates (rspo.report.regime_search)

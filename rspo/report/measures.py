@@ -177,6 +177,17 @@ def late_reward(metrics_path: Path) -> Measured:
     return Measured(value, noise, level=value, samples=tuple(late))
 
 
+def reward_over(metrics_path: Path, first: int, last: int) -> Measured:
+    """Mean training reward (points) of steps ``first``..``last`` (the late reward's window of another
+    run, measured on this one: the mismatch regime's cost to a control, rspo.report.claims)."""
+    steps, values = series(metrics_path, "critic/score/mean")
+    window = [100 * v for x, v in zip(steps, values) if first <= x <= last]
+    if len(window) != last - first + 1:
+        raise TooShortError(f"{metrics_path}: steps {first}-{last} are not all logged")
+    noise = block_jackknife_sd(len(window), lambda idx: statistics.fmean(window[i] for i in idx))
+    return Measured(statistics.fmean(window), noise, level=statistics.fmean(window), samples=tuple(window))
+
+
 def _drop_at(values: list[float], idx) -> float:
     """Best minus last of the consecutive DROP_WINDOW-step means of ``values`` (whole windows), each
     window's mean over the steps of ``idx`` in it (all of them: the drop itself; fewer: its jackknife)."""
