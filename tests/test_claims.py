@@ -124,10 +124,17 @@ def inactive(gamma: str, clip: str) -> str:
 
 
 EQ = "equivalence"
+
+
 # The earlier table's rows judged again, as (claim, measure, regime[, "equivalence"]): today's verdict,
 # with what moved and why. 2026-11-28 (issue 57): RS claims where RS does not act are not testable,
 # with an equivalence row beside them; the noise floor is a block jackknife (no random numbers); the
 # Holm family is the whole pre-registered list and corrects "not supported" too; R3's agreement is a check.
+def eq(word: str, gamma: str) -> str:
+    """An equivalence row's verdict: it says RS's mean weight there."""
+    return f"{word}: RS's mean weight γ {gamma} here" + P
+
+
 NO_HARM = (
     "not testable: the mismatch costs GMPO nothing measurable (its training reward over steps 41-60, natural "
     "minus mismatch regime: -0.29 [-1.99, +1.42] points, n=3): no harm to repair"
@@ -144,17 +151,17 @@ EARLIER_VERDICTS = {
     ("rspo-kl-vol", "kl_vol", "natural"): DRIFTLESS,
     # was "inconclusive" / "not supported" (GSPO's reward): RS multiplied the ratio by about 0.999 there
     ("rs-grpo", "reward", "natural"): inactive("0.9986", "0.00071"),
-    ("rs-grpo", "reward", "natural", EQ): "inconclusive" + P,
+    ("rs-grpo", "reward", "natural", EQ): eq("inconclusive", "0.9986"),
     ("rs-grpo", "acc", "natural"): inactive("0.9986", "0.00071"),
-    ("rs-grpo", "acc", "natural", EQ): "inconclusive" + P,
+    ("rs-grpo", "acc", "natural", EQ): eq("inconclusive", "0.9986"),
     ("rs-gspo", "reward", "natural"): inactive("0.9987", "0.00044"),
-    ("rs-gspo", "reward", "natural", EQ): "equivalent" + P,
+    ("rs-gspo", "reward", "natural", EQ): eq("equivalent", "0.9987"),
     ("rs-gspo", "acc", "natural"): inactive("0.9987", "0.00044"),
-    ("rs-gspo", "acc", "natural", EQ): "inconclusive" + P,
+    ("rs-gspo", "acc", "natural", EQ): eq("inconclusive", "0.9987"),
     ("rs-gmpo", "reward", "natural"): inactive("0.9986", "0.0014"),
-    ("rs-gmpo", "reward", "natural", EQ): "equivalent" + P,
+    ("rs-gmpo", "reward", "natural", EQ): eq("equivalent", "0.9986"),
     ("rs-gmpo", "acc", "natural"): inactive("0.9986", "0.0014"),
-    ("rs-gmpo", "acc", "natural", EQ): "inconclusive" + P,
+    ("rs-gmpo", "acc", "natural", EQ): eq("inconclusive", "0.9986"),
     ("grpo-collapses", "reward_drop", "stress"): "inconclusive" + P,
     ("grpo-collapses", "acc", "stress"): "not testable: both arms at the floor (0.5% and 0.0%)",
     # was "not supported" (γ rows, from a line through collapse and recovery) / "inconclusive" (the
@@ -175,11 +182,11 @@ EARLIER_VERDICTS = {
     # was "inconclusive": both at the floor
     ("rs-gmpo", "acc", "stress"): "not testable: both arms at the floor (0.3% and 0.5%)",
     ("rs-gmpo", "reward", "mismatch"): inactive("0.9986", "0.00076"),
-    ("rs-gmpo", "reward", "mismatch", EQ): "inconclusive" + P,
+    ("rs-gmpo", "reward", "mismatch", EQ): eq("inconclusive", "0.9986"),
     # was "supported" with +0.25 [+0.25, +0.25] (three equal differences of 2 problems in 800), then
     # "inconclusive" once floored at their McNemar noise; RS did not act there
     ("rs-gmpo", "acc", "mismatch"): inactive("0.9986", "0.00076"),
-    ("rs-gmpo", "acc", "mismatch", EQ): "equivalent" + P,
+    ("rs-gmpo", "acc", "mismatch", EQ): eq("equivalent", "0.9986"),
     # was "supported": true by construction (R3 replays the engine's routing)
     ("r3-agreement", "agreement", "mismatch"): "check holds",
     # its interval excludes 0, but as a primary row it does not survive Holm's correction over the whole
@@ -194,9 +201,9 @@ EARLIER_VERDICTS = {
     ("tis-acc", "reward", "mismatch"): NO_HARM,
     ("tis-acc", "acc", "mismatch"): NO_HARM,
     ("rs-tis-acc", "reward", "mismatch"): inactive("0.9986", "0.00025"),
-    ("rs-tis-acc", "reward", "mismatch", EQ): "inconclusive" + P,
+    ("rs-tis-acc", "reward", "mismatch", EQ): eq("inconclusive", "0.9986"),
     ("rs-tis-acc", "acc", "mismatch"): inactive("0.9986", "0.00025"),
-    ("rs-tis-acc", "acc", "mismatch", EQ): "inconclusive" + P,
+    ("rs-tis-acc", "acc", "mismatch", EQ): eq("inconclusive", "0.9986"),
     ("throughput", "throughput", "benchmark"): "supported",
 }
 

@@ -582,6 +582,10 @@ def table_claims(plan, eval_dir: str | Path, runs_dir: str | Path, bench_file: s
         "trends use the steps before a run's collapse. Beyond the paper: routing agreement = mean over steps of "
         "the share of (token, MoE layer) whose top-k experts agree between engine and trainer; engine-trainer k3 "
         "KL = log2 of its mean over steps (rspo/report/measures.py).",
+        "Equivalence rows stand where RS does not act: RS multiplies each token's ratio by its weight γ, and "
+        "each such row prints the mean γ of its RS runs (a mean γ of 1 - x changes the ratio by about x), so "
+        "where γ is within a fraction of a percent of 1 an 'equivalent' is close to true by construction: it "
+        "says RS did no harm, not that it could help.",
         "n = seeds with both runs (benchmark: measured steps of one process, not seeds). Regimes: natural = the "
         "preset's rl section" + overlays + ".",
         f"Preset {plan.name}. The paper's claims are at 30B-parameter scale; a verdict here is about this scale, "
