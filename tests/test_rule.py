@@ -166,6 +166,7 @@ def test_an_rs_claim_where_rs_does_not_act_is_not_testable_and_gets_an_equivalen
     assert rows[0].verdict == rule.NOT_TESTABLE
     assert rows[0].why == "RS inactive (mean γ 0.9986, 0.18% of tokens at γmin)"
     assert rows[1].verdict == "equivalent" and rows[1].est.high < 2.0 and rows[1].est.low > -2.0
+    assert rows[1].verdict_text == "equivalent: RS's mean weight γ 0.9986 here"  # what "equivalent" rests on
     acting = {s: m.RunFacts(False, None, 100, 40.0, 50.0, 0.95, 0.1, 0.98, 0.05) for s in range(5)}
     rows = rule.paired_rows(claim, "stress", {"grpo-rs0.8": t, "grpo": c}, {"grpo-rs0.8": acting, "grpo": calm})
     assert [r.kind for r in rows] == ["verdict"] and rows[0].verdict != rule.NOT_TESTABLE
