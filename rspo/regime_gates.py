@@ -32,7 +32,7 @@ ships (steps.tar.xz), so every gate outcome can be recomputed from the steps.
 judge one trial; ``search_outcome`` reads a whole trials record (the JSON lines `rspo sweep` writes)
 and says, per gate, how many trials it judged and which met it. The claims table reads that outcome
 for a preset that names its search (`regime_trials:`): where no trial met a gate and the preset has
-no regime chosen by it, the rows that gate guards read "not testable at this scale"
+no regime chosen by it, the rows that gate guards read "not testable: no regime found on the searched axes"
 (rspo.report.claims).
 """
 
@@ -352,3 +352,74 @@ def drift_outcomes(
             result = buildup_gate(measured(t, "grpo", BUILDUP_S), measured(t, "gmpo", BUILDUP_S), freeze or None)
             out.append((t, "D", "grpo", result))
     return out
+
+
+def _settings(trial: dict[str, Any]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in trial.get("set", []) if "=" in item)
+
+
+def searched_axes(rows: list[dict[str, Any]]) -> str:
+    """The axes a record's trials searched, in words, from their settings: the router-lr multipliers
+    from step 0, the router-lr schedules, the off-policy settings (mini-batch prompts, epochs), the
+    bases; e.g. "router lr from step 0 ×1, ×110-×200; mini-batches of 2, 4 prompts; 2 bases"."""
+    mults, schedules, mini, epochs = set(), set(), set(), set()
+    for t in rows:
+        s = _settings(t)
+        if "optim.router_lr_mult_final" in s:
+            start, end = router_lr_change(t) or (0, 0)
+            final = float(s["optim.router_lr_mult_final"])
+            schedules.add(
+                f"×1 until step {start}, then ×{final:g}" if start == end else f"×1 → ×{final:g} by step {end}"
+            )
+        else:
+            mults.add(float(s.get("optim.router_lr_mult", 1)))
+        if "schedule.mini_batch_prompts" in s:
+            mini.add(int(s["schedule.mini_batch_prompts"]))
+        if "schedule.ppo_epochs" in s:
+            epochs.add(int(s["schedule.ppo_epochs"]))
+    raised = sorted(x for x in mults if x > 1)
+    parts = []
+    if mults:
+        lead = ["×1"] if 1.0 in mults else []
+        span = [f"×{raised[0]:g}" + (f"-×{raised[-1]:g}" if len(raised) > 1 else "")] if raised else []
+        parts.append("router lr from step 0 " + ", ".join(lead + span))
+    if schedules:
+        parts.append("router lr " + "; ".join(sorted(schedules)))
+    if mini:
+        parts.append("mini-batches of " + ", ".join(str(x) for x in sorted(mini)) + " prompts")
+    if epochs:
+        parts.append(", ".join(str(x) for x in sorted(epochs)) + " epochs per step")
+    bases = {t.get("base") for t in rows}
+    parts.append(f"{len(bases)} base" + ("s" if len(bases) != 1 else ""))
+    return "; ".join(parts)
+
+
+def collapse_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which of GRPO and GMPO collapsed first, seed pair by seed pair, over the record's trials that ran
+    both at the same seeds: counts of "grpo" first, "gmpo" first, "tie", "neither"; ``trials`` such
+    trials, ``grpo_alone`` those in which GRPO collapsed in some seed while GMPO collapsed in none (the
+    paper's Sec. 3 picture)."""
+    counts = {"grpo": 0, "gmpo": 0, "tie": 0, "neither": 0}
+    trials = alone = 0
+    for t in rows:
+        grpo = {r["seed"]: r for r in t["runs"] if r["algo"] == "grpo"}
+        gmpo = {r["seed"]: r for r in t["runs"] if r["algo"] == "gmpo"}
+        seeds = sorted(set(grpo) & set(gmpo))
+        if not seeds:
+            continue
+        trials += 1
+        at = lambda r: r["collapse_step"] if r["collapsed"] else None  # noqa: E731
+        for s in seeds:
+            a, b = at(grpo[s]), at(gmpo[s])
+            first = (
+                "neither"
+                if a is None and b is None
+                else "grpo"
+                if b is None or (a is not None and a < b)
+                else "gmpo"
+                if a is None or b < a
+                else "tie"
+            )
+            counts[first] += 1
+        alone += any(at(grpo[s]) is not None for s in seeds) and all(at(gmpo[s]) is None for s in seeds)
+    return {**counts, "trials": trials, "grpo_alone": alone}

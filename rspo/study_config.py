@@ -294,7 +294,8 @@ class PresetSpec(Section):
     """The record of the search for a regime in which the paper's Sec. 3 and plug-in claims can be
     tested (the trials.jsonl `rspo sweep` writes), relative to the repository root or absolute: where
     none of its trials met a registered gate, the claims table reads the rows that gate guards as "not
-    testable at this scale" (rspo.report.regime_search); unset: no row is guarded."""
+    testable: no regime found on the searched axes (...)" (rspo.report.regime_search); unset: no row is
+    guarded."""
     grid: dict[str, Any] | None = setting(None, ref="grid")
     """Which runs the paper's figures and tables need (rspo.grid.expand_grid)."""
     default_families: tuple[str, ...] | None = setting(None, choices=DEFAULT_FAMILIES, noun="grid family")

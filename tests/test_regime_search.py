@@ -1,7 +1,8 @@
 """rspo.report.regime_search: a preset that names its regime search (`regime_trials:`) gets the rows
-of every gate no trial met read "not testable at this scale", with the reason and the count of trials;
-rows of a gate that was met, equivalence rows and the other claims are judged as before. Also the
-round-4 record the small preset names: no trial met any gate."""
+of every gate no trial met read "not testable: no regime found on the searched axes (...)", with the
+reason and the count of trials ("GRPO collapses on MoE": "not reproduced" where the search saw GRPO
+never collapse alone); rows of a gate that was met, equivalence rows and the other claims are judged
+as before. Also the round-4 record the small preset names: no trial met any gate."""
 
 import json
 import tarfile
@@ -15,7 +16,7 @@ from rspo.plan import Plan
 from rspo.preset import Preset
 from rspo.regime_gates import read_trials, search_outcome
 from rspo.report import claims
-from rspo.report.rule import NOT_TESTABLE
+from rspo.report.rule import NOT_REPRODUCED, NOT_TESTABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 EARLIER = ROOT / "docs" / "results" / "small-3seed"
@@ -77,8 +78,21 @@ def test_rows_of_a_gate_no_trial_met_read_not_testable_at_this_scale(earlier, tm
     guarded = {k for k in after if k[3] == "verdict" and (k[0] in SEC3 or k[0] in ("rs-gspo", "rs-gmpo"))}
     assert {k[2] for k in guarded} == {"natural", "stress", "mismatch"} and len(guarded) > 10
     for k, r in after.items():
-        if k in guarded:
-            assert r.verdict == NOT_TESTABLE and r.verdict_text.startswith("not testable: at this scale: no regime")
+        if k in guarded and k[0] == "grpo-collapses":  # measured by the search: GMPO fell with GRPO every time
+            assert r.verdict == NOT_REPRODUCED and r.est == before[k].est, r
+            assert r.verdict_text.startswith(
+                "not reproduced: on the searched axes (router lr from step 0 ×110; 1 base; trials.jsonl in "
+            )
+            tail = (
+                "in none of the 1 trials that ran GRPO and GMPO did GRPO collapse while GMPO did not; GMPO "
+                "collapsed first in 0 of 3 seed pairs, GRPO in 0"
+            )
+            own = f"; in this regime also {before[k].why}" if before[k].verdict == NOT_TESTABLE else ""
+            assert r.why.endswith(tail + own)
+        elif k in guarded:
+            assert r.verdict == NOT_TESTABLE and r.verdict_text.startswith(
+                "not testable: no regime found on the searched axes (router lr from step 0 ×110; 1 base) in which"
+            )
             assert r.why.count("trials.jsonl in ") == 1  # the record it read
             if k[0] in SEC3:
                 assert "GRPO collapses late and GMPO does not (Sec. 3 (g1-g3) met by none of the 1 regime" in r.why
@@ -122,3 +136,24 @@ def test_a_presets_relative_paths_start_at_the_repository_root_also_for_an_archi
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "p.yaml").write_text("preset: p\nrl: {}\n")
     assert Preset.load(tmp_path / "configs" / "p.yaml").root == tmp_path  # no Snakefile: the folder above
+
+
+def test_grpo_collapses_is_not_reproduced_only_where_grpo_never_collapsed_alone(tmp_path):
+    """The search measures "GRPO collapses on MoE" itself: it is not reproduced on the record's axes when
+    no trial had GRPO collapse in some seed while GMPO collapsed in none; one such trial (however few its
+    seeds) leaves the rows not testable. The round-4 record: GMPO first in 18 of 27 seed pairs."""
+    from rspo.report.regime_search import not_reproduced
+
+    both = [_run("grpo", s, collapse=60) for s in range(3)] + [_run("gmpo", s, collapse=40) for s in range(3)]
+    t = {"name": "t", "base": "b", "steps": 150, "set": ["optim.router_lr_mult=150"], "runs": both}
+    why = not_reproduced([t], tmp_path / "trials.jsonl")
+    assert why.endswith("GMPO collapsed first in 3 of 3 seed pairs, GRPO in 0")
+    alone = dict(t, runs=[_run("grpo", 0, collapse=60), _run("gmpo", 0)])
+    assert not_reproduced([t, alone], tmp_path / "trials.jsonl") is None
+    assert not_reproduced([dict(t, runs=[_run("grpo", 0, collapse=60)])], tmp_path / "x.jsonl") is None
+    record = ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
+    assert not_reproduced(read_trials(record), record) == (
+        "on the searched axes (router lr from step 0 ×100-×200; mini-batches of 2, 4 prompts; 2 bases; "
+        "trials.jsonl in small-round4): in none of the 9 trials that ran GRPO and GMPO did GRPO collapse while "
+        "GMPO did not; GMPO collapsed first in 18 of 27 seed pairs, GRPO in 7"
+    )

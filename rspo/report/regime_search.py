@@ -1,5 +1,5 @@
 """The claims a regime search guards: where the registered search found no regime in which a claim
-can be tested at this scale, its rows read "not testable at this scale".
+can be tested, its rows read "not testable: no regime found on the searched axes (...)", naming them.
 
 The Sec. 3 claims (GRPO collapses on MoE; the router-drift trends and volatilities of Sec. 3.3 and
 Fig. 6) need a regime in which router drift builds up, GRPO collapses late and GMPO does not: the
@@ -9,9 +9,12 @@ their trials ran (rspo.regime_gates judges them). A preset names the record of i
 (`regime_trials:`); for each gate that no trial of that record met, every verdict row of the claims
 it guards, in every regime of the table, becomes "not testable" with the reason and the count of
 trials that judged the gate (the row keeps its measured effect and interval for the reader; a
-regime's own reason, e.g. "RS inactive", follows). Equivalence rows (RS harmless where it does not
-act) and checks are not guarded: they ask another question. Where a gate was met, the search chose a
-regime (`drift`) and its rows are judged there as usual.
+regime's own reason, e.g. "RS inactive", follows). "GRPO collapses on MoE" is measured by the search
+itself (which of GRPO and GMPO collapses first in each seed pair): where no trial met the Sec. 3 gate
+and in no trial did GRPO collapse while GMPO survived every seed, its rows read "not reproduced on the
+searched axes" with the axes (from the trials' settings) and the seed pairs' count. Equivalence rows
+(RS harmless where it does not act) and checks are not guarded: they ask another question. Where a
+gate was met, the search chose a regime (`drift`) and its rows are judged there as usual.
 """
 
 from __future__ import annotations
@@ -19,15 +22,34 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rspo.regime_gates import GateSearch, read_trials, search_outcome
-from rspo.report.rule import NOT_TESTABLE, Row
+from rspo.regime_gates import GateSearch, collapse_order, read_trials, search_outcome, searched_axes
+from rspo.report.rule import NOT_REPRODUCED, NOT_TESTABLE, Row
 
 PLUGIN_GATES = {"rs-grpo": "grpo", "rs-gspo": "gspo", "rs-gmpo": "gmpo"}
 """Claim key -> the algorithm X of its plug-in gate P(X)."""
 
 
-def reason(gate: str, g: GateSearch, record: Path) -> str:
-    """Why a row the gate guards is not testable: no trial of ``record`` met it."""
+NOT_REPRODUCIBLE = {"grpo-collapses"}
+"""Claims whose effect the search measures itself (which of GRPO and GMPO collapses first): where no
+trial met the Sec. 3 gate and GRPO never collapsed alone, they read "not reproduced", not "not testable"."""
+
+
+def not_reproduced(rows: list[dict], record: Path) -> str | None:
+    """Why "GRPO collapses on MoE" is not reproduced on the record's axes (None when it may be: some
+    trial had GRPO collapse while GMPO did not, or no trial ran both)."""
+    order = collapse_order(rows)
+    if not order["trials"] or order["grpo_alone"]:
+        return None
+    pairs = sum(order[k] for k in ("grpo", "gmpo", "tie", "neither"))
+    return (
+        f"on the searched axes ({searched_axes(rows)}; {record.name} in {record.parent.name}): in none of the "
+        f"{order['trials']} trials that ran GRPO and GMPO did GRPO collapse while GMPO did not; GMPO "
+        f"collapsed first in {order['gmpo']} of {pairs} seed pairs, GRPO in {order['grpo']}"
+    )
+
+
+def reason(gate: str, g: GateSearch, record: Path, axes: str) -> str:
+    """Why a row the gate guards is not testable: no trial of ``record`` (which searched ``axes``) met it."""
     found = (
         f"{g.gate} met by none of the {len(g.judged)} regime trials that judged it"
         if g.judged
@@ -37,20 +59,29 @@ def reason(gate: str, g: GateSearch, record: Path) -> str:
         what = "router drift builds up, GRPO collapses late and GMPO does not"
     else:
         what = f"RS acts and {gate.upper()} learns first, then collapses late"
-    return f"at this scale: no regime found in which {what} ({found}; {record.name} in {record.parent.name})"
+    return (
+        f"no regime found on the searched axes ({axes}) in which {what} ({found}; {record.name} in "
+        f"{record.parent.name})"
+    )
 
 
 def guard(rows: list[Row], record: Path, sec3_keys: frozenset[str]) -> list[Row]:
     """``rows`` with every verdict row of a gate that no trial of ``record`` met made not testable
     (the module docstring); ``sec3_keys``: the claims the Sec. 3 gate guards."""
-    search = search_outcome(read_trials(record))
+    trials = read_trials(record)
+    search = search_outcome(trials)
+    gone = not_reproduced(trials, record)
     out = []
     for r in rows:
         gate = "sec3" if r.claim.key in sec3_keys else PLUGIN_GATES.get(r.claim.key)
         if r.kind != "verdict" or gate is None or search[gate].found:
             out.append(r)
             continue
-        why = reason(gate, search[gate], record)
+        if gone and r.claim.key in NOT_REPRODUCIBLE:
+            also = f"; in this regime also {r.why}" if r.verdict == NOT_TESTABLE and r.why else ""
+            out.append(replace(r, verdict=NOT_REPRODUCED, why=gone + also))
+            continue
+        why = reason(gate, search[gate], record, searched_axes(trials))
         if r.verdict == NOT_TESTABLE and r.why:
             why += f"; in this regime also {r.why}"
         out.append(replace(r, verdict=NOT_TESTABLE, why=why))

@@ -50,6 +50,9 @@ from rspo.report.inference import LEVEL, Estimate, equivalent, holm, interval, p
 SUPPORTED, IMMATERIAL, CONTRADICTED = "supported", "positive but immaterial", "contradicted"
 NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTABLE = "not supported", "inconclusive", "not testable"
 PROVISIONAL, INTERIM = "provisional", "interim"
+NOT_REPRODUCED = "not reproduced"
+"""The regime search measured the claim's effect and it appeared on none of the searched axes
+(rspo.report.regime_search): stronger than not testable, about those axes only."""
 MIN_SEEDS = 5
 RS_ACTIVE_GAMMA, RS_ACTIVE_CLIP = 0.99, 0.01
 """RS acts in a regime when, over the RS arm's runs (each run's mean over its steps, then the mean over
@@ -66,8 +69,9 @@ RULE = (
     "Verdict rule (docs/verdicts.md; written after the shipped 3-seed runs, so for them a re-analysis): "
     "not testable when the claim's precondition fails (RS claims: RS must act, mean γ <= "
     f"{RS_ACTIVE_GAMMA} or >= {RS_ACTIVE_CLIP:.0%} of tokens at γmin), both arms are saturated, a measure "
-    "is undefined, or the preset's regime search found no regime at this scale in which the claim can be "
-    "tested (rspo/report/regime_search.py); otherwise a 95% t interval over seeds of the paired "
+    "is undefined, or the preset's regime search found no regime on its searched axes in which the claim "
+    "can be tested (rspo/report/regime_search.py; 'not reproduced' where the search measured the claim's "
+    "effect and it appeared on none of them); otherwise a 95% t interval over seeds of the paired "
     "differences (treatment - control, same seed), its SD floored at the noise of one difference "
     "(accuracy: McNemar; reward and trends: within-run block jackknife, no random numbers). Supported: "
     "the interval excludes 0 and the effect reaches the margin; positive but immaterial: excludes 0, "
@@ -167,7 +171,7 @@ class Row:
 
     @property
     def provisional(self) -> bool:
-        return self.seeds and self.verdict != NOT_TESTABLE and self.n < MIN_SEEDS
+        return self.seeds and self.verdict not in (NOT_TESTABLE, NOT_REPRODUCED) and self.n < MIN_SEEDS
 
     @property
     def verdict_text(self) -> str:
@@ -331,7 +335,7 @@ def equivalence_row(
 
 def primary_test(r: Row) -> tuple[str, float]:
     """The test a primary row's verdict rests on, and its one-sided p (1 where there is none)."""
-    if r.verdict == NOT_TESTABLE or math.isnan(r.est.low):
+    if r.verdict in (NOT_TESTABLE, NOT_REPRODUCED) or math.isnan(r.est.low):
         return "", 1.0
     if r.verdict == NOT_SUPPORTED:
         return "non-sup", p_below(r.est, r.claim.margin)
