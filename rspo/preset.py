@@ -11,7 +11,7 @@
     preset.architecture("math")          # the architecture of a task's model pretrained here
     preset.resources("train")            # `resources.train`: the settings it gives (rspo.plan adds defaults)
     preset.base_pin                      # `base_model:` (path, sha256) of a committed base, or None
-    preset.regime_trials                 # `regime_trials:`, the regime search's record (a Path), or None
+    preset.regime_trials                 # `regime_trials:`, the regime search's records (Paths), or ()
 
 The defaults of the training settings are the dataclasses' of ``rspo.config`` (a value a command
 needs from `rl:` is read from ``rl(...)``, never from the YAML with a default of its own), and the
@@ -129,13 +129,14 @@ class Preset:
         return here.parent
 
     @property
-    def regime_trials(self) -> Path | None:
-        """`regime_trials:`, the regime search's record (a relative path starts at ``root``); None: unset."""
+    def regime_trials(self) -> tuple[Path, ...]:
+        """`regime_trials:`, the records of the regime search (one path or a list, in the order the rounds
+        ran; a relative path starts at ``root``); () when unset."""
         value = self.data.get("regime_trials")
         if value is None:
-            return None
-        path = Path(str(value))
-        return path if path.is_absolute() else self.root / path
+            return ()
+        paths = [Path(str(v)) for v in ([value] if isinstance(value, str) else value)]
+        return tuple(p if p.is_absolute() else self.root / p for p in paths)
 
     @property
     def pretrains(self) -> bool:

@@ -146,12 +146,13 @@ def plugin_outcomes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], st
 
 
 def sec3_outcomes(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
-    """(trial, Sec. 3 gate outcome) for every trial of the record that ran both GRPO and GMPO."""
+    """(trial, Sec. 3 gate outcome) for every trial of the record that ran both GRPO and GMPO with an
+    unscheduled router lr."""
     out = []
     for t in rows:
         grpo = [r for r in t["runs"] if r["algo"] == "grpo"]
         gmpo = [r for r in t["runs"] if r["algo"] == "gmpo"]
-        if grpo and gmpo:
+        if grpo and gmpo and router_lr_change(t) is None:  # a scheduled trial is judged by gate D
             out.append((t, sec3_gate(grpo, gmpo, _runs(rows, t, "gmpo+freeze") or None)))
     return out
 
@@ -195,20 +196,71 @@ class GateSearch:
         return bool(self.met)
 
 
-def search_outcome(rows: list[dict[str, Any]]) -> dict[str, GateSearch]:
+def search_outcome(
+    rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]] | None = None
+) -> dict[str, GateSearch]:
     """Per gate ("sec3", "grpo", "gspo", "gmpo"), the trials that judged it and those that met it; a
-    trial still "pending" its frozen-router runs has not met it."""
-
-    def search(gate: str, outcomes: list[tuple[dict[str, Any], str]]) -> GateSearch:
-        return GateSearch(
-            gate, tuple(t["name"] for t, _ in outcomes), tuple(t["name"] for t, o in outcomes if o == "meets")
-        )
-
+    trial still "pending" its frozen-router runs has not met it. Round 5's scheduled trials count too
+    (``steps_of``: their runs' per-step metrics, ``steps_in_pack``): L(X) for X's gate, D for Sec. 3's;
+    a record with scheduled trials and no ``steps_of`` is refused."""
+    if steps_of is None and any(router_lr_change(t) is not None for t in rows):
+        raise TrialsError("the record has round 5's scheduled trials: their gates need the runs' steps (steps.tar.xz)")
+    drift = drift_outcomes(rows, steps_of) if steps_of is not None else []
     plugin = plugin_outcomes(rows)
-    out = {"sec3": search("Sec. 3 (g1-g3)", sec3_outcomes(rows))}
-    for algo in PLUGIN_ALGOS:
-        out[algo] = search(f"P({algo})", [(t, g["outcome"]) for t, x, g in plugin if x == algo])
-    return out
+    judged = {
+        "sec3": [("Sec. 3 (g1-g3)", t, o) for t, o in sec3_outcomes(rows)]
+        + [("D", t, g["outcome"]) for t, gate, _, g in drift if gate == "D"],
+        **{
+            algo: [(f"P({algo})", t, g["outcome"]) for t, x, g in plugin if x == algo]
+            + [(f"L({algo})", t, g["outcome"]) for t, gate, x, g in drift if gate == "L" and x == algo]
+            for algo in PLUGIN_ALGOS
+        },
+    }
+    default = {"sec3": "Sec. 3 (g1-g3)", **{a: f"P({a})" for a in PLUGIN_ALGOS}}
+    return {
+        key: GateSearch(
+            " / ".join(dict.fromkeys(name for name, _, _ in found)) or default[key],
+            tuple(t["name"] for _, t, _ in found),
+            tuple(t["name"] for _, t, o in found if o == "meets"),
+        )
+        for key, found in judged.items()
+    }
+
+
+def trial_folder(name: str, folder: str) -> bool:
+    """Whether a run folder's trial part ``<name>-<12 hex>`` (rspo sweep's) belongs to trial ``name``."""
+    head, _, key = folder.rpartition("-")
+    return head == name and len(key) == 12 and all(c in "0123456789abcdef" for c in key)
+
+
+def steps_in_pack(path: str | Path) -> Callable[[str, str, int], list[dict[str, Any]]]:
+    """(trial name, method, seed) -> that run's per-step metrics, from a record's steps.tar.xz (rspo
+    sweep's pack_steps), read once."""
+    import tarfile
+
+    path = Path(path)
+    if not path.is_file():
+        raise TrialsError(f"{path}: no such file (the per-step metrics of the record's runs)")
+    with tarfile.open(path) as tf:
+        texts = {m.name: tf.extractfile(m).read().decode() for m in tf.getmembers() if m.name.endswith("metrics.jsonl")}
+
+    def steps_of(name: str, method: str, seed: int) -> list[dict[str, Any]]:
+        found = [
+            t
+            for n, t in texts.items()
+            if n.endswith(f"/{method}-s{seed}/metrics.jsonl") and trial_folder(name, n.split("/")[0])
+        ]
+        if len(found) != 1:
+            raise TrialsError(f"{path}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
+        return [json.loads(ln) for ln in found[0].splitlines() if ln.strip()]
+
+    return steps_of
+
+
+def record_steps(record: Path) -> Callable[[str, str, int], list[dict[str, Any]]] | None:
+    """The per-step metrics of a record's runs (its steps.tar.xz beside it), or None where it has none."""
+    pack = Path(record).parent / "steps.tar.xz"
+    return steps_in_pack(pack) if pack.is_file() else None
 
 
 # ----------------------------------------------------------------------------- round 5: drift after learning

@@ -290,10 +290,11 @@ class PresetSpec(Section):
     base_model: BaseModelPin | None = None
     """The committed Countdown base (path and sha256) the study starts from instead of pretraining
     (`make base` rebuilds it from `pretrain:`); unset: pretrained by the workflow."""
-    regime_trials: str | None = setting(None, nonempty=True)
-    """The record of the search for a regime in which the paper's Sec. 3 and plug-in claims can be
-    tested (the trials.jsonl `rspo sweep` writes), relative to the repository root or absolute: where
-    none of its trials met a registered gate, the claims table reads the rows that gate guards as "not
+    regime_trials: str | tuple[str, ...] | None = setting(None, nonempty=True)
+    """The records of the search for a regime in which the paper's Sec. 3 and plug-in claims can be
+    tested (each a trials.jsonl `rspo sweep` writes, with its steps.tar.xz where its trials have a
+    router-lr schedule; one path or a list), relative to the repository root or absolute: where none
+    of their trials met a registered gate, the claims table reads the rows that gate guards as "not
     testable: no regime found on the searched axes (...)" (rspo.report.regime_search); unset: no row is
     guarded."""
     grid: dict[str, Any] | None = setting(None, ref="grid")

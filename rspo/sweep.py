@@ -48,7 +48,14 @@ import yaml
 from rspo import base_pin
 from rspo.jsonl import iter_jsonl
 from rspo.preset import Preset
-from rspo.regime_gates import WINDOW, drift_outcomes, gate_measures, plugin_outcomes, router_lr_change
+from rspo.regime_gates import (
+    WINDOW,
+    drift_outcomes,
+    gate_measures,
+    plugin_outcomes,
+    router_lr_change,
+    trial_folder,
+)
 from rspo.subcommand import rspo_argv
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
@@ -492,39 +499,13 @@ def steps_in_work(work: Path) -> Callable[[str, str, int], list[dict[str, Any]]]
         found = [
             p
             for p in (work / "runs").glob(f"{name}-*/{method}-s{seed}/metrics.jsonl")
-            if _keyed(name, p.parent.parent.name)
+            if trial_folder(name, p.parent.parent.name)
         ]
         if len(found) != 1:
             raise SweepError(f"{work}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
         return [obj for _, obj in iter_jsonl(found[0])]
 
     return steps_of
-
-
-def steps_in_pack(path: str | Path) -> Callable[[str, str, int], list[dict[str, Any]]]:
-    """(trial name, method, seed) -> that run's per-step metrics, from a record's steps.tar.xz (pack_steps)."""
-    import tarfile
-
-    with tarfile.open(path) as tf:
-        texts = {m.name: tf.extractfile(m).read().decode() for m in tf.getmembers() if m.name.endswith("metrics.jsonl")}
-
-    def steps_of(name: str, method: str, seed: int) -> list[dict[str, Any]]:
-        found = [
-            t
-            for n, t in texts.items()
-            if n.endswith(f"/{method}-s{seed}/metrics.jsonl") and _keyed(name, n.split("/")[0])
-        ]
-        if len(found) != 1:
-            raise SweepError(f"{path}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
-        return [json.loads(ln) for ln in found[0].splitlines() if ln.strip()]
-
-    return steps_of
-
-
-def _keyed(name: str, folder: str) -> bool:
-    """Whether a run folder's trial part ``<name>-<12 hex>`` belongs to trial ``name``."""
-    head, _, key = folder.rpartition("-")
-    return head == name and len(key) == 12 and all(c in "0123456789abcdef" for c in key)
 
 
 def drift_gate_table(rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]]) -> str:

@@ -45,14 +45,16 @@ def test_small_mismatch_regime_runs_the_routing_rows_beyond_the_paper_under_an_f
 
 
 def test_the_default_selection_is_the_studys_design_and_leaves_the_stress_regime_to_full():
-    """The small study's design (configs/small.yaml's default_families): the natural plugin family and
-    the mismatch regime's routing family, every seed; the stress regime (default_target: false) and
-    the natural routing family only with --config full=true or a selection that names them."""
+    """The small study's design (configs/small.yaml's default_families): the natural plugin and
+    stop-gradient families and the mismatch regime's routing family, every seed; the stress regime
+    (default_target: false) and the natural routing family only with --config full=true or a selection
+    that names them."""
     preset = small()
     default, full = Plan(preset), Plan(preset, full=True)
-    assert preset["default_families"] == ["plugin", "mismatch_routing"]
-    assert set(default.families) == {"plugin", "mechanism", "mismatch_routing"}
-    assert len(default.runs) == 55 == 6 * 5 + 5 * 5 and default.seeds == [0, 1, 2, 3, 4]
+    assert preset["default_families"] == ["plugin", "stop_gradient", "mismatch_routing"]
+    assert set(default.families) == {"plugin", "mechanism", "stop_gradient", "mismatch_routing"}
+    assert len(default.runs) == 60 == 6 * 5 + 5 + 5 * 5 and default.seeds == [0, 1, 2, 3, 4]
+    assert {f"gmpo-rs0.8-nosg-s{s}" for s in range(5)} <= set(default.runs)
     assert {f"mismatch-{m}-s4" for m in MISMATCH_METHODS} <= set(default.runs)
     assert default.available("fig9_mismatch_mismatch") and not default.available("fig8_routing")
     # a grid family name selects it in every regime that repeats it, a regime's family only there;
@@ -64,15 +66,21 @@ def test_the_default_selection_is_the_studys_design_and_leaves_the_stress_regime
     # a piece of the study: the same design for some seeds
     piece = Plan(preset, seeds=[2, 3])
     assert set(piece.families) == set(default.families) and {r.seed for r in piece.runs.values()} == {2, 3}
-    assert len(piece.runs) == 22
+    assert len(piece.runs) == 24
     routing = Plan(preset, families=["routing"])
     assert {"routing", "mismatch_routing"} <= set(routing.families) and "stress_routing" not in routing.families
     assert "stress_routing" in Plan(preset, families=["routing", "stress_routing"]).families
     preset_on = copy.deepcopy(preset)
     preset_on["stress"]["default_target"] = True
-    assert {"plugin", "mechanism", "stress_plugin", "stress_mechanism", "mismatch_routing"} == set(
-        Plan(preset_on).families
-    )
+    assert {
+        "plugin",
+        "mechanism",
+        "stop_gradient",
+        "stress_plugin",
+        "stress_mechanism",
+        "stress_stop_gradient",
+        "mismatch_routing",
+    } == set(Plan(preset_on).families)
     only = Plan(preset, families=["mismatch_routing"])
     assert set(only.families) == {"mismatch_routing"}
     stress = Plan(preset, families=["stress_plugin"])

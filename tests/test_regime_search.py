@@ -124,8 +124,8 @@ def test_a_met_gate_guards_nothing_and_a_missing_record_is_named(earlier, tmp_pa
 def test_the_small_presets_search_met_no_gate():
     """configs/small.yaml names round 4's record; no trial of it met the Sec. 3 gate or any P(X)."""
     preset = Preset.load(ROOT / "configs" / "small.yaml")
-    assert preset.regime_trials == ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
-    out = search_outcome(read_trials(preset.regime_trials))
+    assert preset.regime_trials[0] == ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
+    out = search_outcome(read_trials(preset.regime_trials[0]))
     assert all(not g.found for g in out.values()), {k: g.met for k, g in out.items()}
     assert len(out["grpo"].judged) >= 9 and len(out["sec3"].judged) >= 9
 
@@ -146,14 +146,91 @@ def test_grpo_collapses_is_not_reproduced_only_where_grpo_never_collapsed_alone(
 
     both = [_run("grpo", s, collapse=60) for s in range(3)] + [_run("gmpo", s, collapse=40) for s in range(3)]
     t = {"name": "t", "base": "b", "steps": 150, "set": ["optim.router_lr_mult=150"], "runs": both}
-    why = not_reproduced([t], tmp_path / "trials.jsonl")
+    why = not_reproduced([t], "trials.jsonl in here")
     assert why.endswith("GMPO collapsed first in 3 of 3 seed pairs, GRPO in 0")
     alone = dict(t, runs=[_run("grpo", 0, collapse=60), _run("gmpo", 0)])
-    assert not_reproduced([t, alone], tmp_path / "trials.jsonl") is None
-    assert not_reproduced([dict(t, runs=[_run("grpo", 0, collapse=60)])], tmp_path / "x.jsonl") is None
+    assert not_reproduced([t, alone], "here") is None
+    assert not_reproduced([dict(t, runs=[_run("grpo", 0, collapse=60)])], "here") is None
     record = ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
-    assert not_reproduced(read_trials(record), record) == (
+    assert not_reproduced(read_trials(record), "trials.jsonl in small-round4") == (
         "on the searched axes (router lr from step 0 ×100-×200; mini-batches of 2, 4 prompts; 2 bases; "
         "trials.jsonl in small-round4): in none of the 9 trials that ran GRPO and GMPO did GRPO collapse while "
         "GMPO did not; GMPO collapsed first in 18 of 27 seed pairs, GRPO in 7"
+    )
+
+
+def test_several_records_are_read_together_with_round_5s_steps(earlier, tmp_path):
+    """`regime_trials:` may list the rounds' records: a gate is met when a trial of any record met it, the
+    reason names every record and the axes of all their trials, and a record of scheduled trials is
+    judged by round 5's gates from its steps.tar.xz (refused without it)."""
+    from rspo.regime_gates import TrialsError
+    from rspo.report.regime_search import searches
+    from rspo.sweep import pack_steps
+
+    (tmp_path / "r4").mkdir()
+    round4 = _record(tmp_path / "r4" / "trials.jsonl", grpo_meets=False)
+    work = tmp_path / "work"
+    step = ["optim.router_lr_mult_final=150", "optim.router_lr_change=[100, 100]"]
+    runs = []
+    for algo, seeds in (("gmpo", range(5)), ("gmpo+freeze", range(3))):
+        for s in seeds:
+            folder = work / "runs" / f"r5-{'0' * 12}" / f"{algo}-s{s}"
+            folder.mkdir(parents=True)
+            falls = algo == "gmpo"
+            rows = [{"step": 0, "val/val/score": 0.6}] + [
+                {
+                    "step": i,
+                    "critic/score/mean": 0.5 if i <= 10 else (0.6 if i <= 140 or not falls else 0.1),
+                    "router/shift_ratio_mean": 0.999 if i <= 100 else 0.98,
+                    "router/shift_clipfrac": 0.0,
+                    **({"val/val/score": 0.6} if i == 100 else {}),
+                }
+                for i in range(1, 231)
+            ]
+            (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            runs.append(_run(algo, s, collapse=145 if falls else None))
+    r5 = {"name": "r5", "base": "b", "steps": 230, "set": step, "runs_spec": {"gmpo": [0, 1, 2, 3, 4]}}
+    trials = [dict(r5, runs=[r for r in runs if r["algo"] == "gmpo"])]
+    trials.append(
+        dict(
+            r5,
+            name="r5-freeze",
+            runs_spec={"gmpo+freeze": [0, 1, 2]},
+            runs=[r for r in runs if r["algo"] == "gmpo+freeze"],
+        )
+    )
+    (work / "runs" / f"r5-freeze-{'1' * 12}").mkdir()
+    for s in range(3):
+        (work / "runs" / f"r5-{'0' * 12}" / f"gmpo+freeze-s{s}").rename(
+            work / "runs" / f"r5-freeze-{'1' * 12}" / f"gmpo+freeze-s{s}"
+        )
+    (tmp_path / "r5").mkdir()
+    round5 = tmp_path / "r5" / "trials.jsonl"
+    round5.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    with pytest.raises(TrialsError, match="scheduled trials: their gates need the runs' steps"):
+        searches((round4, round5))
+    pack_steps(work, tmp_path / "r5" / "steps.tar.xz")
+    found, rows, where = searches((round4, round5))
+    assert where == "trials.jsonl in r4, trials.jsonl in r5" and len(rows) == 4
+    assert found["gmpo"].gate == "P(gmpo) / L(gmpo)" and found["gmpo"].judged == ("t1", "r5")
+    assert found["gmpo"].met == ("r5",)  # learned by 100, collapsed at 145 in 5 of 5, control never, RS acts
+    assert found["sec3"].judged == ("t1",) and not found["sec3"].found
+    after = _rows(earlier, None)
+    manifest, preset, tmp = earlier
+    plan = Plan(
+        dict(preset, regime_trials=[str(round4), str(round5)]), seeds=manifest["seeds"], families=manifest["families"]
+    )
+    guarded = {
+        (r.claim.key, r.claim.measure, r.regime, r.kind): r
+        for r in claims.collect(plan, tmp / "eval", tmp / "runs", tmp / "bench.json")
+    }
+    assert (
+        guarded[("rs-gmpo", "reward", "stress", "verdict")].verdict_text
+        == after[("rs-gmpo", "reward", "stress", "verdict")].verdict_text
+    )
+    gspo = guarded[("rs-gspo", "reward", "stress", "verdict")]
+    assert (
+        gspo.verdict == NOT_TESTABLE
+        and "(P(gspo) met by none of the 1 regime trials that judged it; trials.jsonl in r4, trials.jsonl in r5)"
+        in gspo.why
     )

@@ -438,9 +438,9 @@ def collect(
         rows.append(judge(claim, "benchmark", [float(x) - claim.threshold for x in ratios], 0.0, seeds=False))
     rows = no_harm(rows, mismatch_cost(plan, Path(runs_dir)))
     names = [r for r, _, _ in regimes]
-    record = plan.spec.regime_trials
-    if record is not None:  # the regime search's gates (rspo.report.regime_search)
-        rows = guard(rows, record, frozenset(k for k, (_, regime) in PRIMARY.items() if regime == SEC3))
+    records = plan.spec.regime_trials
+    if records:  # the regime search's gates (rspo.report.regime_search)
+        rows = guard(rows, records, frozenset(k for k, (_, regime) in PRIMARY.items() if regime == SEC3))
     family = plan.spec.primary_claims or list(PRIMARY)
     unknown = [k for k in family if k not in PRIMARY]
     if unknown:

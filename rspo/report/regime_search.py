@@ -22,7 +22,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rspo.regime_gates import GateSearch, collapse_order, read_trials, search_outcome, searched_axes
+from rspo.regime_gates import (
+    GateSearch,
+    collapse_order,
+    read_trials,
+    record_steps,
+    search_outcome,
+    searched_axes,
+)
 from rspo.report.rule import NOT_REPRODUCED, NOT_TESTABLE, Row
 
 PLUGIN_GATES = {"rs-grpo": "grpo", "rs-gspo": "gspo", "rs-gmpo": "gmpo"}
@@ -34,22 +41,24 @@ NOT_REPRODUCIBLE = {"grpo-collapses"}
 trial met the Sec. 3 gate and GRPO never collapsed alone, they read "not reproduced", not "not testable"."""
 
 
-def not_reproduced(rows: list[dict], record: Path) -> str | None:
-    """Why "GRPO collapses on MoE" is not reproduced on the record's axes (None when it may be: some
-    trial had GRPO collapse while GMPO did not, or no trial ran both)."""
+def not_reproduced(rows: list[dict], where: str) -> str | None:
+    """Why "GRPO collapses on MoE" is not reproduced on the axes of the records' trials ``rows`` (``where``:
+    the records, in words); None when it may be: some trial had GRPO collapse while GMPO did not, or no
+    trial ran both."""
     order = collapse_order(rows)
     if not order["trials"] or order["grpo_alone"]:
         return None
     pairs = sum(order[k] for k in ("grpo", "gmpo", "tie", "neither"))
     return (
-        f"on the searched axes ({searched_axes(rows)}; {record.name} in {record.parent.name}): in none of the "
+        f"on the searched axes ({searched_axes(rows)}; {where}): in none of the "
         f"{order['trials']} trials that ran GRPO and GMPO did GRPO collapse while GMPO did not; GMPO "
         f"collapsed first in {order['gmpo']} of {pairs} seed pairs, GRPO in {order['grpo']}"
     )
 
 
-def reason(gate: str, g: GateSearch, record: Path, axes: str) -> str:
-    """Why a row the gate guards is not testable: no trial of ``record`` (which searched ``axes``) met it."""
+def reason(gate: str, g: GateSearch, where: str, axes: str) -> str:
+    """Why a row the gate guards is not testable: no trial of the records (``where``, which searched
+    ``axes``) met it."""
     found = (
         f"{g.gate} met by none of the {len(g.judged)} regime trials that judged it"
         if g.judged
@@ -59,30 +68,43 @@ def reason(gate: str, g: GateSearch, record: Path, axes: str) -> str:
         what = "router drift builds up, GRPO collapses late and GMPO does not"
     else:
         what = f"RS acts and {gate.upper()} learns first, then collapses late"
-    return (
-        f"no regime found on the searched axes ({axes}) in which {what} ({found}; {record.name} in "
-        f"{record.parent.name})"
-    )
+    return f"no regime found on the searched axes ({axes}) in which {what} ({found}; {where})"
 
 
-def guard(rows: list[Row], record: Path, sec3_keys: frozenset[str]) -> list[Row]:
-    """``rows`` with every verdict row of a gate that no trial of ``record`` met made not testable
+def searches(records: tuple[Path, ...]) -> tuple[dict[str, GateSearch], list[dict], str]:
+    """What the records of a search found, gate by gate (the gates each record's trials judged, their
+    trials and the ones that met them, joined over the records), all their trials, and the records in
+    words ("trials.jsonl in small-round4, trials.jsonl in small-round5")."""
+    found: dict[str, GateSearch] = {}
+    rows: list[dict] = []
+    for record in records:
+        trials = read_trials(record)
+        rows += trials
+        for key, g in search_outcome(trials, record_steps(record)).items():
+            seen = found.get(key)
+            if seen is None:
+                found[key] = g
+                continue
+            names = [seen.gate] + [n for n in g.gate.split(" / ") if n not in seen.gate.split(" / ") and g.judged]
+            found[key] = GateSearch(" / ".join(names), seen.judged + g.judged, seen.met + g.met)
+    return found, rows, ", ".join(f"{r.name} in {r.parent.name}" for r in records)
+
+
+def guard(rows: list[Row], records: tuple[Path, ...], sec3_keys: frozenset[str]) -> list[Row]:
+    """``rows`` with every verdict row of a gate that no trial of ``records`` met made not testable
     (the module docstring); ``sec3_keys``: the claims the Sec. 3 gate guards."""
-    trials = read_trials(record)
-    search = search_outcome(trials)
-    gone = not_reproduced(trials, record)
+    search, trials, where = searches(records)
+    gone = not_reproduced(trials, where)
+    axes = searched_axes(trials)
     out = []
     for r in rows:
         gate = "sec3" if r.claim.key in sec3_keys else PLUGIN_GATES.get(r.claim.key)
         if r.kind != "verdict" or gate is None or search[gate].found:
             out.append(r)
             continue
+        also = f"; in this regime also {r.why}" if r.verdict == NOT_TESTABLE and r.why else ""
         if gone and r.claim.key in NOT_REPRODUCIBLE:
-            also = f"; in this regime also {r.why}" if r.verdict == NOT_TESTABLE and r.why else ""
             out.append(replace(r, verdict=NOT_REPRODUCED, why=gone + also))
-            continue
-        why = reason(gate, search[gate], record, searched_axes(trials))
-        if r.verdict == NOT_TESTABLE and r.why:
-            why += f"; in this regime also {r.why}"
-        out.append(replace(r, verdict=NOT_TESTABLE, why=why))
+        else:
+            out.append(replace(r, verdict=NOT_TESTABLE, why=reason(gate, search[gate], where, axes) + also))
     return out

@@ -403,8 +403,8 @@ def table_inputs(table):
     inputs = {}
     if table in ("table_efficiency", "table_claims"):
         inputs["bench"] = f"{R}/bench.json"
-    if table == "table_claims" and PLAN.spec.regime_trials is not None:
-        inputs["trials"] = str(PLAN.spec.regime_trials)  # the regime search (rspo.report.regime_search)
+    if table == "table_claims" and PLAN.spec.regime_trials:
+        inputs["trials"] = [str(p) for p in PLAN.spec.regime_trials]  # the regime search (rspo.report.regime_search)
     if table != "table_efficiency":
         evals = []
         for task, runs in PLAN.table_runs(table).items():
