@@ -1,6 +1,7 @@
 """What changed between two claims tables of one preset, row by row (docs/small_study.md embeds it).
 
-    python scripts/claims_changes.py EARLIER/table_claims.md LATER/table_claims.md [--out FILE]
+    python scripts/claims_changes.py EARLIER/table_claims.md LATER/table_claims.md [--out FILE] \
+        [--labels EARLIER_NAME LATER_NAME]
 
 Rows are matched by (claim, regime, effect): the claim's text names an equivalence row apart from
 its superiority row, and the role is left out of the key because a preset's pre-registered primary
@@ -102,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("earlier")
     ap.add_argument("later")
     ap.add_argument("--out", help="write here instead of stdout")
+    ap.add_argument(
+        "--labels", nargs=2, default=("3-seed", "5-seed"), metavar=("EARLIER", "LATER"), help="the two tables' names"
+    )
     args = ap.parse_args(argv)
     try:
-        text = changes(args.earlier, args.later)
+        text = changes(args.earlier, args.later, tuple(args.labels))
     except (OSError, ValueError) as exc:
         print(f"claims_changes: {exc}", file=sys.stderr)
         return 2
