@@ -172,6 +172,12 @@ def _bundle(members: dict[str, Path], mtimes: dict[str, int] | None = None) -> t
     return buf.getvalue(), entries
 
 
+def reproducible_tar(members: dict[str, Path]) -> bytes:
+    """The xz tar of ``members`` (archive path -> file), sorted, every mtime 0 and mode 0644: the same
+    files give the same bytes (rspo sweep's per-step pack)."""
+    return _bundle(members, dict.fromkeys(members, 0))[0]
+
+
 def base_digests(plan, results: Path) -> dict[str, str]:
     """{base folder: sha256 of its weights} of the bases pretrained here whose weights are in
     ``results`` (what a piece of a study started from; pieces from other bases are not merged)."""

@@ -1,5 +1,6 @@
-"""rspo.sweep: a tiny sweep end to end through the real commands (data, pretraining, two RL runs),
-the trial table, resumption (a finished trial is not rerun) and malformed sweep files."""
+"""rspo.sweep (and the tables of rspo.report.trials): a tiny sweep end to end through the real
+commands (data, pretraining, two RL runs), the trial table, resumption (a finished trial is not rerun)
+and malformed sweep files."""
 
 import json
 import tarfile
@@ -10,7 +11,8 @@ import yaml
 
 from rspo import sweep
 from rspo.base_pin import weights_sha256
-from rspo.sweep import SweepError, gate_table, load_sweep, method_sets, run_sweep, table
+from rspo.report.trials import gate_table, table
+from rspo.sweep import SweepError, load_sweep, method_sets, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

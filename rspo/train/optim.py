@@ -42,6 +42,11 @@ class RouterLr:
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
 
+    def attach(self, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
+        """The optimizer and schedule whose router group this sets (built after this object: their
+        lambdas read ``factor``)."""
+        self.optimizer, self.scheduler = optimizer, scheduler
+
     def factor(self) -> float:
         """The router group's lr over its base (``lr * router_lr_mult``): exactly 1.0 without a schedule."""
         return router_lr_mult_at(self.o, self.step) / self.o.router_lr_mult
@@ -75,5 +80,5 @@ def build_optimizer(
 
     # plain functions, not objects: LambdaLR's state_dict leaves functions out (only the epoch and base lrs)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [warmup, router] if routers else warmup)
-    router_lr.optimizer, router_lr.scheduler = optimizer, scheduler
+    router_lr.attach(optimizer, scheduler)
     return optimizer, scheduler, router_lr
