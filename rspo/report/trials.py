@@ -90,6 +90,20 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _header(cols: list[str]) -> list[str]:
+    return ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
+
+
+def mark(v: bool | None) -> str:
+    """A criterion's verdict: ✓ holds, ✗ fails, – not judged yet."""
+    return "–" if v is None else "✓" if v else "✗"
+
+
+def _steps(steps: list[int | None]) -> str:
+    """Collapse steps per seed, – where a seed never collapsed."""
+    return ", ".join("–" if x is None else str(x) for x in steps)
+
+
 def gate_table(rows: list[dict[str, Any]]) -> str:
     """One line per (trial, algorithm X) of the trials whose runs carry the gate's measures: P(X)'s
     criteria, each seed's values, and the outcome; X+freeze's runs are found in any trial with the
@@ -105,15 +119,13 @@ def gate_table(rows: list[dict[str, Any]]) -> str:
         "wall",
         "machine",
     ]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
-
-    mark = lambda v: "–" if v is None else "✓" if v else "✗"  # noqa: E731
+    lines = _header(cols)
     for t, algo, g in plugin_outcomes(rows):
         cells = [
             t["name"],
             algo,
             f"{mark(g['p1'])} " + ", ".join(f"{100 * x:+.1f}" for x in g["learn_gain"]),
-            f"{mark(g['p2'])} " + ", ".join("–" if x is None else str(x) for x in g["collapse_steps"]),
+            f"{mark(g['p2'])} " + _steps(g["collapse_steps"]),
             f"{mark(g['p4'])} {g['pre_gamma']:.4f} / {100 * g['pre_under_gmin']:.2f}%",
             "not run" if g["p3"] is None else f"{mark(g['p3'])} {g['freeze_collapsed']}/{g['freeze_n']}",
             g["outcome"],
@@ -140,14 +152,13 @@ def drift_gate_table(rows: list[dict[str, Any]], steps_of: Callable[[str, str, i
         "per-step SD ≤ S (max)",
         "outcome",
     ]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
-    mark = lambda v: "–" if v is None else "✓" if v else "✗"  # noqa: E731
+    lines = _header(cols)
     for t, gate, algo, g in drift_outcomes(rows, steps_of):
         name = f"L({algo})" if gate == "L" else "D"
         if "learn" not in g:  # not judged (too short)
             lines.append("| " + " | ".join([t["name"], name, *["–"] * 6, g["outcome"]]) + " |")
             continue
-        steps = ", ".join("–" if x is None else str(x) for x in g["collapse_steps"])
+        steps = _steps(g["collapse_steps"])
         learn = ", ".join(f"{100 * x:+.1f}" for x in g["learn"])
         if gate == "L":
             held = ", ".join(
