@@ -234,3 +234,26 @@ def test_several_records_are_read_together_with_round_5s_steps(earlier, tmp_path
         and "(P(gspo) met by none of the 1 regime trials that judged it; trials.jsonl in r4, trials.jsonl in r5)"
         in gspo.why
     )
+
+
+def test_round_5s_record_recomputes_its_gates_from_its_shipped_steps():
+    """docs/results/small-round5 ships every run's per-step metrics: its gate table is what the gates
+    compute from them, and, as registered, no gate was met (L(X) failed on L1 by one seed, D on D0 and
+    D2). The small preset reads both rounds' records."""
+    from rspo.regime_gates import drift_outcomes, steps_in_pack
+    from rspo.report.regime_search import searches
+    from rspo.report.trials import drift_gate_table
+
+    record = ROOT / "docs" / "results" / "small-round5" / "trials.jsonl"
+    rows, steps = read_trials(record), steps_in_pack(record.parent / "steps.tar.xz")
+    assert drift_gate_table(rows, steps) in (record.parent / "trials.md").read_text()
+    outcomes = {(t["name"], gate, x): g["outcome"] for t, gate, x, g in drift_outcomes(rows, steps)}
+    assert outcomes == {
+        ("r5a-x150-at100", "L", "grpo"): "fails: L1",
+        ("r5a-x150-at100", "L", "gmpo"): "fails: L1",
+        ("r5b-ramp-x150", "D", "grpo"): "fails: D0, D2",
+    }
+    assert all(t["commit"] and t["started_utc"] < t["ended_utc"] for t in rows)  # provenance of each trial
+    found, _, where = searches(Preset.load(ROOT / "configs" / "small.yaml").regime_trials)
+    assert where == "trials.jsonl in small-round4, trials.jsonl in small-round5"
+    assert not any(g.found for g in found.values())
