@@ -27,7 +27,7 @@ from rspo.grid import REGIMES
 from rspo.report import measures as m
 from rspo.report.inference import Estimate, interval, pooled_sd
 from rspo.report.regime_search import guard
-from rspo.report.rule import RULE, Claim, Row, apply_holm, judge, not_testable, paired_rows
+from rspo.report.rule import NOT_TESTABLE, RULE, Claim, Row, apply_holm, judge, paired_rows
 
 SEC3 = "drift"
 """The regime built to test Sec. 3 (router drift that GRPO cannot survive but GMPO and a frozen
@@ -315,7 +315,8 @@ def mismatch_cost(plan, runs_dir: Path) -> tuple[Estimate, int, int] | None:
 
 def no_harm(rows: list[Row], cost: tuple[Estimate, int, int] | None) -> list[Row]:
     """The R3 and TIS "improves GMPO" rows made not testable where the mismatch costs GMPO nothing
-    measurable (``mismatch_cost``'s interval not wholly above 0): there is no harm for them to repair."""
+    measurable (``mismatch_cost``'s interval not wholly above 0): there is no harm for them to repair.
+    Such a row keeps the effect it measured, for the reader."""
     out = []
     for r in rows:
         if r.claim.key not in REPAIRS or r.regime != "mismatch" or r.kind != "verdict":
@@ -333,7 +334,7 @@ def no_harm(rows: list[Row], cost: tuple[Estimate, int, int] | None) -> list[Row
                 f"natural minus mismatch regime: {est.mean:+.2f} [{est.low:+.2f}, {est.high:+.2f}] points, "
                 f"n={est.n}): no harm to repair"
             )
-        out.append(not_testable(r.claim, r.regime, why, r.n))
+        out.append(replace(r, verdict=NOT_TESTABLE, why=why))  # the measured effect stays on the row
     return out
 
 
