@@ -28,8 +28,9 @@ commit and the base model's weights (``bases``: sha256 of each base pretrained h
 weights are in the results). ``merge`` builds one archive from pieces and refuses pieces of
 different studies (preset name, digest, grid selection), from different bases, a run present in two
 pieces, or two versions of one shared file. A study may grow by a family after its pieces were packed:
-the new family's piece (``pack --families``, under a preset that differs only in ``default_families``)
-comes last, may hold the paired arm's runs with the same bytes, and the merged archive is of its preset.
+the new family's piece (``pack --families``, under a preset that differs only in ``default_families``
+and the regime search's records, ``GROWS``) comes last, may hold the paired arm's runs with the same
+bytes, and the merged archive is of its preset.
 
 ``unpack`` checks everything before it writes anything: the format and version, that the archive
 is of this preset (name and digest), the bundle's size and sha256, each member's tar header against
@@ -426,9 +427,14 @@ def _same_run(run: str, a: dict[str, str], b: dict[str, str]) -> bool:
     return mine(a) == mine(b)
 
 
+GROWS = ("default_families", "regime_trials")
+"""What a study may add between its pieces: a family of runs, and the later rounds of its regime search
+(the records the claims table reads). Never its primary family, fixed before its first run."""
+
+
 def _check_growth(manifests: list[tuple[Path, dict[str, Any]]]) -> None:
-    """Pieces of a study that grew by a family after its first pieces were packed: each piece's preset
-    (its copy beside the bundle) is the last piece's but for ``default_families``, and the last
+    """Pieces of a study that grew after its first pieces were packed: each piece's preset (its copy
+    beside the bundle) is the last piece's but for ``GROWS``, and the last
     piece's preset selects every family any piece ran (its default selection, or the ``--families``
     it was packed with). Raises ArchiveError naming what differs."""
     from rspo.plan import preset_digest
@@ -448,12 +454,12 @@ def _check_growth(manifests: list[tuple[Path, dict[str, Any]]]) -> None:
     final = presets[last_path]
     selected = set(final.get("default_families") or [])
     for path, m in manifests:
-        mine = {k: v for k, v in presets[path].items() if k != "default_families"}
-        differ = sorted(k for k in set(mine) | set(final) if k != "default_families" and mine.get(k) != final.get(k))
+        mine = presets[path]
+        differ = sorted(k for k in set(mine) | set(final) if k not in GROWS and mine.get(k) != final.get(k))
         if differ:
             raise ArchiveError(
                 f"{path} and {last_path} are pieces of different studies: their presets differ in "
-                f"{', '.join(differ)} (pieces may differ only in default_families, a study that grew by a family)"
+                f"{', '.join(differ)} (pieces may differ only in {' and '.join(GROWS)}: a study that grew)"
             )
         ran = set(m.get("families") or presets[path].get("default_families") or [])
         if not ran <= selected:

@@ -659,9 +659,12 @@ def test_a_study_that_grew_by_a_family_merges_with_its_new_piece_last(tmp_path):
     unpack(tmp_path / "merged", whole.preset, tmp_path / "again")
     with pytest.raises(ArchiveError, match=r"ran families \['stop_gradient'\] that the last piece's preset"):
         merge([tmp_path / "piece-sg", a, b], tmp_path / "x")
+    later = grown_preset("later", regime_trials=["docs/results/small-round5/trials.jsonl"])  # the search grew too
+    pack(Plan.from_file(later, families=["stop_gradient"]), results, tmp_path / "piece-l", preset_file=later)
+    assert merge([a, b, tmp_path / "piece-l"], tmp_path / "merged-l")["runs"] == merged["runs"]
     other = grown_preset("other", seeds=[0, 1, 2, 3])
     pack(Plan.from_file(other, [0, 1, 2], families=["stop_gradient"]), results, tmp_path / "piece-o", preset_file=other)
-    with pytest.raises(ArchiveError, match="their presets differ in seeds"):
+    with pytest.raises(ArchiveError, match="their presets differ in seeds .pieces may differ only in default_"):
         merge([a, b, tmp_path / "piece-o"], tmp_path / "y")
     run = next(r for r in sg.runs if "nosg" not in r)
     log = results / "runs" / run / "metrics.jsonl"
