@@ -110,3 +110,16 @@ def test_the_committed_comparison_is_the_scripts_output_from_the_committed_table
     monkeypatch.chdir(ROOT)  # the footnote names the tables by their repository paths
     built = changes("docs/results/small-3seed/tables/table_claims.md", "docs/results/small/tables/table_claims.md")
     assert (ROOT / "docs" / "results" / "small" / "claims_vs_3seed.md").read_text() == built
+
+
+def test_the_committed_list_of_issue_74s_verdict_changes_is_the_scripts_output(monkeypatch):
+    """docs/results/small/claims_vs_2026-11-28.md lists every row whose verdict moved when the rule's
+    words changed (issue 74) and the stop-gradient arm joined: rebuilt from the table as shipped before
+    (claims_2026-11-28.md) and the table shipped now."""
+    monkeypatch.chdir(ROOT)
+    built = changes(
+        "docs/results/small/claims_2026-11-28.md",
+        "docs/results/small/tables/table_claims.md",
+        ("2026-11-28", "2026-12-06"),
+    )
+    assert (ROOT / "docs" / "results" / "small" / "claims_vs_2026-11-28.md").read_text() == built
