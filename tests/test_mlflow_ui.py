@@ -101,7 +101,9 @@ def test_mlflow_ui_opens_on_the_runs_table_with_datasets_and_sources(tmp_path):
 def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
     """`rspo mlflow-ui` prints the runs table's address once the server answers, as its last lines
     (a JSON record, then the address in words), and the server logs no line per HTTP request unless
-    --access-log is given (a first visit printed 145 such lines of 166)."""
+    --access-log is given (a first visit printed 145 such lines of 166). Started with SIGINT ignored (as
+    a test runner's worker or a script's background job starts it), Ctrl-C still stops it: it hung
+    there until killed, under make test, when an earlier test had left SIGINT ignored in its worker."""
     import signal
     import socket
     import time
@@ -114,7 +116,14 @@ def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
     cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--uri", uri, "--experiment", "rspo-smoke", "--port", str(port)]
     log = tmp_path / "stderr.txt"  # the server writes there too: a pipe would wait for it
     with log.open("w") as err_file:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # inherited: ignored at start
+        )
     try:
         first = json.loads(proc.stdout.readline())
         second = proc.stdout.readline()

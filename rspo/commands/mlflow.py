@@ -157,6 +157,9 @@ def ui_main(argv: list[str] | None = None) -> int:
     # its own session: the server and what it starts (uvicorn, MLflow's job runner) are one process
     # group, stopped together; a terminal's Ctrl-C reaches this process, which passes it on
     proc = subprocess.Popen(cmd, stdout=sys.stderr, start_new_session=True)
+    # Ctrl-C stops it even where it was started with SIGINT ignored (a background job of a script, a test
+    # runner's worker): Python then installs no KeyboardInterrupt handler, and the command would not stop
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def stop(sig: int) -> None:
         try:
