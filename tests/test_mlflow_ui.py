@@ -116,13 +116,12 @@ def test_mlflow_ui_prints_the_address_last_and_no_request_log(tmp_path):
     cmd = [sys.executable, "-m", "rspo", "mlflow-ui", "--uri", uri, "--experiment", "rspo-smoke", "--port", str(port)]
     log = tmp_path / "stderr.txt"  # the server writes there too: a pipe would wait for it
     with log.open("w") as err_file:
+        # exec keeps an ignored signal ignored: the command starts with SIGINT ignored, as in such a worker
+        ignoring = (
+            "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+        )
         proc = subprocess.Popen(
-            cmd,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=err_file,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # inherited: ignored at start
+            [sys.executable, "-c", ignoring, *cmd], cwd=tmp_path, stdout=subprocess.PIPE, stderr=err_file, text=True
         )
     try:
         first = json.loads(proc.stdout.readline())
