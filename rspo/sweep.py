@@ -262,14 +262,20 @@ def utc_now() -> str:
 
 
 def commit() -> str:
-    """The commit the sweep runs from (``+dirty`` with uncommitted changes to tracked files), or
-    "unknown" outside a git checkout."""
+    """The commit the sweep runs from (rspo.tracking.git_commit, the one runs and archives record), with
+    ``+dirty`` where tracked files have uncommitted changes; "unknown" outside a git checkout."""
+    from rspo.tracking import REPO_ROOT, git_commit
+
+    head = git_commit()
+    if head == "unknown":
+        return head
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
-        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.strip() + ("+dirty" if dirty.strip() else "")
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "-uno"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return head
+    return head + ("+dirty" if dirty.strip() else "")
 
 
 def pack_steps(work: Path, path: str | Path) -> Path:
