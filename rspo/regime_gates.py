@@ -63,6 +63,11 @@ DRIFT_SEEDS = 3  # L3: collapses after S in at least this many of the 5 seeds
 BUILDUP_S = 100  # D: the learn-first step of the build-up trials
 
 
+def collapse_at(run: dict[str, Any]) -> int | None:
+    """A trial run's collapse step, or None where it never collapsed."""
+    return run["collapse_step"] if run["collapsed"] else None
+
+
 def gate_measures(train: list[dict[str, Any]], collapse_step: int | None) -> dict[str, float]:
     """What the plug-in gate P(X) reads from one run: ``learn_gain``, its best ``WINDOW``-step
     sliding mean training reward minus its first window's (p1); ``pre_gamma``, the mean per-step
@@ -99,7 +104,7 @@ def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None)
     return {
         **verdict,
         "learn_gain": [r["learn_gain"] for r in runs],
-        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in runs],
+        "collapse_steps": [collapse_at(r) for r in runs],
         "pre_gamma": gamma,
         "pre_under_gmin": under,
         "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
@@ -326,7 +331,7 @@ def learn_then_drift_gate(
         "learn": [r["learn"] for r in runs],
         "noise": max(r["noise"] for r in runs),
         "heldout": [(r["heldout_base"], r["heldout_at_s"]) for r in runs],
-        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in runs],
+        "collapse_steps": [collapse_at(r) for r in runs],
         "post_gamma": gamma,
         "post_under": under,
         "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
@@ -348,19 +353,18 @@ def buildup_gate(
         **verdict,
         "outcome": _outcome(verdict, "D3"),
         "learn": [r["learn"] for r in grpo],
-        "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in grpo],
+        "collapse_steps": [collapse_at(r) for r in grpo],
         "gmpo_collapsed": sum(r["collapsed"] for r in gmpo),
     }
 
 
 def router_lr_change(trial: dict[str, Any]) -> tuple[int, int] | None:
     """The (start, end) of a trial's router-lr schedule (its ``optim.router_lr_change=[a, b]`` setting), or None."""
-    for item in trial.get("set", []):
-        key, _, value = item.partition("=")
-        if key.strip() == "optim.router_lr_change":
-            start, end = json.loads(value)
-            return int(start), int(end)
-    return None
+    value = _settings(trial).get("optim.router_lr_change")
+    if value is None:
+        return None
+    start, end = json.loads(value)
+    return int(start), int(end)
 
 
 def drift_outcomes(
@@ -377,9 +381,8 @@ def drift_outcomes(
             if _same_setting(u, trial):
                 for r in u["runs"]:
                     if r["algo"] == method:
-                        collapse = r["collapse_step"] if r["collapsed"] else None
                         steps = steps_of(u["name"], method, r["seed"])
-                        out.append({**r, **drift_measures(steps, start, collapse)})
+                        out.append({**r, **drift_measures(steps, start, collapse_at(r))})
         return out
 
     out = []
@@ -407,7 +410,9 @@ def drift_outcomes(
 
 
 def _settings(trial: dict[str, Any]) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in trial.get("set", []) if "=" in item)
+    """A trial's ``set`` overrides, key -> value text."""
+    pairs = (item.split("=", 1) for item in trial.get("set", []) if "=" in item)
+    return {key.strip(): value for key, value in pairs}
 
 
 def searched_axes(rows: list[dict[str, Any]]) -> str:
@@ -460,9 +465,8 @@ def collapse_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if not seeds:
             continue
         trials += 1
-        at = lambda r: r["collapse_step"] if r["collapsed"] else None  # noqa: E731
         for s in seeds:
-            a, b = at(grpo[s]), at(gmpo[s])
+            a, b = collapse_at(grpo[s]), collapse_at(gmpo[s])
             first = (
                 "neither"
                 if a is None and b is None
@@ -473,5 +477,7 @@ def collapse_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 else "tie"
             )
             counts[first] += 1
-        alone += any(at(grpo[s]) is not None for s in seeds) and all(at(gmpo[s]) is None for s in seeds)
+        alone += any(collapse_at(grpo[s]) is not None for s in seeds) and all(
+            collapse_at(gmpo[s]) is None for s in seeds
+        )
     return {**counts, "trials": trials, "grpo_alone": alone}

@@ -47,7 +47,7 @@ import yaml
 from rspo import base_pin
 from rspo.jsonl import iter_jsonl
 from rspo.preset import Preset
-from rspo.regime_gates import WINDOW, gate_measures, router_lr_change, trial_folder
+from rspo.regime_gates import WINDOW, collapse_at, gate_measures, router_lr_change, trial_folder
 from rspo.report.trials import drift_gate_table, gate_table, table
 from rspo.subcommand import rspo_argv
 
@@ -320,7 +320,7 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
             "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
             "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
             "collapsed": sum(r["collapsed"] for r in rs),
-            "collapse_steps": [r["collapse_step"] if r["collapsed"] else None for r in rs],
+            "collapse_steps": [collapse_at(r) for r in rs],
             "n": len(rs),
             **{
                 k: statistics.mean(r[k] for r in rs) if all(r.get(k) is not None for r in rs) else None
