@@ -296,11 +296,11 @@ def mismatch_cost(plan, runs_dir: Path) -> tuple[Estimate, int, int] | None:
         return None
     total = plan.spec.rl(regime="mismatch").schedule.total_steps
     first = total - max(1, round(total * m.LATE_FRACTION)) + 1
-    runs = {r.method: {} for r in plan.runs.values()}
+    runs: dict[str, dict[int, Path]] = {"gmpo": {}, "mismatch-gmpo": {}}
     for name, r in plan.runs.items():
-        if r.task == "countdown" and r.method in ("gmpo", "mismatch-gmpo"):
+        if r.task == "countdown" and r.method in runs:
             runs[r.method][r.seed] = Path(runs_dir) / name / "metrics.jsonl"
-    seeds = sorted(set(runs.get("gmpo", {})) & set(runs.get("mismatch-gmpo", {})))
+    seeds = sorted(set(runs["gmpo"]) & set(runs["mismatch-gmpo"]))
     seeds = [s for s in seeds if runs["gmpo"][s].is_file() and runs["mismatch-gmpo"][s].is_file()]
     if len(seeds) < 2:
         return None

@@ -171,10 +171,15 @@ def late_reward(metrics_path: Path) -> Measured:
     _, values = series(metrics_path, "critic/score/mean")
     if len(values) < MIN_TREND_STEPS:
         raise TooShortError(f"{metrics_path}: {len(values)} training steps; the late reward needs {MIN_TREND_STEPS}")
-    late = [100 * v for v in values[-max(1, round(len(values) * LATE_FRACTION)) :]]
-    noise = block_jackknife_sd(len(late), lambda idx: statistics.fmean(late[i] for i in idx))
-    value = statistics.fmean(late)
-    return Measured(value, noise, level=value, samples=tuple(late))
+    return _window_mean([100 * v for v in values[-max(1, round(len(values) * LATE_FRACTION)) :]])
+
+
+def _window_mean(window: list[float]) -> Measured:
+    """The mean of a window of per-step values, its within-run noise the block jackknife, the steps kept
+    as its samples (paired differences of same-seed runs: pair_noise)."""
+    noise = block_jackknife_sd(len(window), lambda idx: statistics.fmean(window[i] for i in idx))
+    value = statistics.fmean(window)
+    return Measured(value, noise, level=value, samples=tuple(window))
 
 
 def reward_over(metrics_path: Path, first: int, last: int) -> Measured:
@@ -184,8 +189,7 @@ def reward_over(metrics_path: Path, first: int, last: int) -> Measured:
     window = [100 * v for x, v in zip(steps, values) if first <= x <= last]
     if len(window) != last - first + 1:
         raise TooShortError(f"{metrics_path}: steps {first}-{last} are not all logged")
-    noise = block_jackknife_sd(len(window), lambda idx: statistics.fmean(window[i] for i in idx))
-    return Measured(statistics.fmean(window), noise, level=statistics.fmean(window), samples=tuple(window))
+    return _window_mean(window)
 
 
 def _drop_at(values: list[float], idx) -> float:
