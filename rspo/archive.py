@@ -55,12 +55,12 @@ from pathlib import Path
 from typing import Any
 
 from rspo.preset import Preset
+from rspo.run_record import RUN_FILES, RunRecord
 
 FORMAT = "rspo-run-archive"
 VERSION = 1
 MANIFEST = "archive.json"
 BUNDLE = "runs.tar.xz"
-RUN_FILES = ("metrics.jsonl", "config.json", "run.json", "final.json")
 OPTIONAL_TOP = ("bench.json", "speed.json")
 
 
@@ -122,7 +122,7 @@ def _datasets(members: dict[str, Path], results: Path) -> dict[str, dict[str, An
     paths: set[str] = set()
     for rel, path in members.items():
         if rel.endswith("/config.json"):
-            data = json.loads(path.read_text()).get("data") or {}
+            data = RunRecord(path.parent).config.get("data") or {}
             paths.add(data.get("train_path", ""))
             paths.update((data.get("val_paths") or {}).values())
         elif rel.startswith("eval/") and rel.endswith("/countdown.json"):

@@ -209,6 +209,7 @@ def run_dp_bench(
     import os
     import subprocess
 
+    from rspo.run_record import GAMMA, PG_LOSS, REWARD, Steps
     from rspo.subcommand import rspo_argv
 
     sets = {
@@ -243,17 +244,14 @@ def run_dp_bench(
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RuntimeError(f"data-parallel bench ({label}) failed:\n{proc.stderr[-3000:]}")
-        metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        metrics = list(Steps.parse(out / "metrics.jsonl").rows.values())
         curves[label] = metrics
         timed = metrics[1:]  # the first step warms up
         rows[label] = {p: statistics.median(m[p] for m in timed) for p in PHASES}
         rows[label]["perf/tokens_per_s"] = statistics.median(m["perf/tokens_per_s"] for m in timed)
         rows[label]["wall_s"] = wall
     one, many = curves.values()
-    diff = {
-        k: max(abs(a[k] - b[k]) for a, b in zip(one, many))
-        for k in ("critic/score/mean", "actor/pg_loss", "router/shift_ratio_mean")
-    }
+    diff = {k: max(abs(a[k] - b[k]) for a, b in zip(one, many)) for k in (REWARD, PG_LOSS, GAMMA)}
     labels = list(rows)
     result = {
         "processes": nproc,

@@ -24,16 +24,21 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
         raise FileNotFoundError(f"file not found: {p}")
     opener = gzip.open if p.name.lower().endswith(".gz") else open
     with opener(p, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: malformed JSON line (invalid JSON: {e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{p}:{lineno}: not a JSON object (got {type(obj).__name__})")
-            yield lineno, obj
+        yield from iter_jsonl_lines(f, str(p))
+
+
+def iter_jsonl_lines(lines: Iterable[str], source: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``iter_jsonl`` over lines already read (an archive member's text), errors naming ``source:line``."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source}:{lineno}: malformed JSON line (invalid JSON: {e.msg})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{source}:{lineno}: not a JSON object (got {type(obj).__name__})")
+        yield lineno, obj
 
 
 def write_atomic(path: str | os.PathLike, content: str | bytes | Iterable[str]) -> Path:

@@ -82,6 +82,7 @@ import torch
 
 from rspo.method import DEFAULT_GAMMA_MIN, OBJECTIVES, Objective, check_gamma_min, register_objective
 from rspo.method import ROLLOUT_CORRECTIONS as CORRECTIONS
+from rspo.run_record import GAMMA, GAMMA_UNDER, PG_CLIPFRAC, PG_LOSS, PPO_KL
 
 Tensor = torch.Tensor
 
@@ -144,7 +145,7 @@ def router_shift_stats(sums: Tensor) -> dict[str, float]:
     """``router/shift_ratio_mean`` (mean gamma before the floor) and ``router/shift_clipfrac`` (share
     of tokens the floor lifts) from ``router_shift_sums``: the one definition of both metrics, for the
     loss, the trainer's runs without RS and the TRL plug-in (NaN when there are no tokens)."""
-    return {"router/shift_ratio_mean": (sums[0] / sums[2]).item(), "router/shift_clipfrac": (sums[1] / sums[2]).item()}
+    return {GAMMA: (sums[0] / sums[2]).item(), GAMMA_UNDER: (sums[1] / sums[2]).item()}
 
 
 def seq_mean_token_mean(per_token: Tensor, mask: Tensor) -> Tensor:
@@ -306,13 +307,13 @@ def compute_policy_loss(
     # Padding may hold anything (even NaN); it must not reach the masked sums or their gradients.
     log_w = torch.where(mask, log_prob - old_log_prob.detach(), zero)  # (B, T) Eq. (10, token_ratio)
     adv_tok = torch.where(mask, adv_tok.detach().to(log_prob.dtype), zero)
-    metrics: dict[str, float] = {"actor/ppo_kl": masked_mean(-log_w.detach(), mask).item()}
+    metrics: dict[str, float] = {PPO_KL: masked_mean(-log_w.detach(), mask).item()}
     if log_gamma is not None:
         log_w = log_w + log_gamma  # log w_tilde = log w + log gamma_tilde     Eq. (11, adjusted_ratio)
     omega = torch.ones_like(log_w) if weight is None else weight
     loss, clipfrac = POLICY_LOSSES[algo](log_w, adv_tok, mask, clip_low, clip_high, omega)
-    metrics["actor/pg_loss"] = loss.item()
-    metrics["actor/pg_clipfrac"] = clipfrac.item()
+    metrics[PG_LOSS] = loss.item()
+    metrics[PG_CLIPFRAC] = clipfrac.item()
     return loss, metrics
 
 

@@ -26,7 +26,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rspo.jsonl import iter_jsonl
 from rspo.report.mlflow_run import refresh_report_note, report_run
+from rspo.run_record import RunRecord
 from rspo.tracking import (
     REPO_ROOT,
     REPORT_RUN,
@@ -48,9 +50,8 @@ METRICS_TAG = "rspo.synced_metrics"
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    """Every line of a metrics file as written (MLflow keeps each logged value, a repeated step too)."""
+    return [obj for _, obj in iter_jsonl(path)] if path.is_file() else []
 
 
 def repo_relative(path: Path, root: Path) -> str:
@@ -259,16 +260,16 @@ class Syncer:
     def train(self, folder: Path) -> None:
         from rspo.config import flatten
 
-        info = json.loads((folder / "run.json").read_text())
-        config = json.loads((folder / "config.json").read_text())
+        record = RunRecord.open(folder)
+        info, config = record.identity, record.config
         final_path = folder / "final.json"
-        final = json.loads(final_path.read_text()) if final_path.is_file() else None
+        final = record.final if record.finished else None
         name, fp = info["run_name"], info["fingerprint"]
         key = f"train/{name}"
         skip = {"fingerprint", "mlflow_run_id", "collapsed", "world_size"}
         tags = {**{k: str(v) for k, v in info.items() if k not in skip}, "kind": "train"}
         tags.update({"rspo.key": key, "rspo.fingerprint": fp})
-        if final and final.get("collapsed"):
+        if final and record.collapsed:
             tags.update({"collapse": "true", "collapse_step": str(final.get("collapse_step"))})
         run = self.find(key, name, "train", fingerprint=fp, run_id=info.get("mlflow_run_id"))
         if run is None:
@@ -284,7 +285,7 @@ class Syncer:
             params=flatten(config),
             tags=tags,
             datasets=[(p, c) for p, c in datasets if str(p) not in ("", ".")],
-            metrics=_read_jsonl(folder / "metrics.jsonl"),
+            metrics=_read_jsonl(record.metrics_path),
             artifacts=[(folder / "config.json", None), (final_path, None)],
             finished_ms=self._time_ms(final_path) if final else None,
         )

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rspo.run_record import GAMMA, GAMMA_UNDER
+
 TRAINERS = {
     "trl-grpo": "trl.GRPOTrainer",
     "trl-rspo": "rspo.integrations.trl.RSPOTrainer (TRL GMPOTrainer + RS)",
@@ -193,7 +195,7 @@ def run_parity(
     result = evaluate_countdown(str(final), data, settings, engine, fmt)
     write_json_atomic(result, out_dir / "countdown.json")
     keys = ("reward", "frac_reward_zero_std", "entropy", "clip_ratio/region_mean", "learning_rate")
-    keys += ("router/shift_ratio_mean", "router/shift_clipfrac")
+    keys += (GAMMA, GAMMA_UNDER)
     log = [{k: row[k] for k in ("step", *keys) if k in row} for row in trl_trainer.state.log_history if "reward" in row]
     summary = {
         "trainer": TRAINERS[trainer],

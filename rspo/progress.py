@@ -39,6 +39,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from rspo.run_record import GAMMA, GAMMA_UNDER, PG_CLIPFRAC, PPO_KL, REWARD
+
 _now = time.monotonic  # the clock (a test replaces it)
 
 __all__ = ["Progress", "format_line", "format_value", "parse_line", "format_seconds", "train_progress_metrics"]
@@ -265,11 +267,11 @@ class Progress:
 
 # RL training: display name -> metric key of Trainer.train_step (validation sets are added per set)
 TRAIN_KEYS: dict[str, str] = {
-    "reward": "critic/score/mean",
-    "gamma": "router/shift_ratio_mean",
-    "gamma_clip": "router/shift_clipfrac",
-    "ppo_kl": "actor/ppo_kl",
-    "clipfrac": "actor/pg_clipfrac",
+    "reward": REWARD,
+    "gamma": GAMMA,
+    "gamma_clip": GAMMA_UNDER,
+    "ppo_kl": PPO_KL,
+    "clipfrac": PG_CLIPFRAC,
     "entropy": "actor/entropy",
 }
 

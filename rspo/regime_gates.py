@@ -10,9 +10,10 @@ the sweep file before its runs:
 - the plug-in gate P(X) (round 4), for X in GRPO, GSPO, GMPO: X learns first, its best
   ``WINDOW``-step training-reward window at least ``GATE_LEARN`` above its first in every seed (p1);
   then collapses after step ``GATE_LATE`` in at least ``GATE_SEEDS`` seeds (p2); X with a frozen router
-  collapses in none (p3; run only where p1, p2 and p4 hold); and RS would act on its drift: over the
-  steps before its collapse, mean router-shift ratio at most ``GATE_GAMMA`` or at least ``GATE_UNDER`` of
-  the response tokens under gamma_min (p4).
+  collapses in none (p3; run only where p1, p2 and p4 hold); and RS would act on its drift over the
+  steps before its collapse (p4; rspo.run_record.rs_acts: mean router-shift ratio at most 0.99 or at
+  least 1% of the response tokens under gamma_min). p1 is round 4's registered criterion, not the
+  study's "learned" (rspo.run_record): round 4's record keeps each run's gain, not its steps.
 
 Round 5 (configs/sweeps/small-round5.yaml) asks for drift that starts after the policy learned, with
 a noise-calibrated learn test L1 (``LEARN_MIN``: a flat series passes it with probability <= 5% per seed):
@@ -45,19 +46,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rspo.run_record import REWARD, Steps, learn_bar, learn_gain, noise_sd, rs_acts, val_score
+
 WINDOW = 10  # steps averaged at the start and at the end of a run
 
 GATE_LEARN = 0.02  # p1: best window >= first window + 2 points (the claims table's margin for a drop)
 GATE_LATE = 40  # g1, p2: a collapse after this step ...
 GATE_SEEDS = 2  # ... in at least this many of the seeds
-GATE_GAMMA = 0.99  # p4: mean router-shift ratio before the collapse at most this ...
-GATE_UNDER = 0.01  # ... or at least this share of tokens under gamma_min
 PLUGIN_ALGOS = ("grpo", "gspo", "gmpo")
 
-LEARN_FIRST = 10  # L1: the first steps' mean reward ...
-LEARN_BEFORE = 20  # ... against the mean of the steps S-19..S
-NOISE_SD = 0.0749  # the largest per-step reward SD of the shipped natural-regime non-RS runs (15 runs)
-LEARN_MIN = 0.048  # >= 1.645 * NOISE_SD * sqrt(1/20 + 1/10): a flat series passes with <= 5% per seed
+LEARN_BEFORE = 20  # L1: the mean reward of the steps S-19..S against the first FIRST_STEPS'
+LEARN_MIN = learn_bar(LEARN_BEFORE)  # 0.048: "learned" (rspo.run_record), a flat series passes with 5% per seed
 HELDOUT_DROP = 0.02  # L2: held-out at S at least the base's minus this
 DRIFT_SEEDS = 3  # L3: collapses after S in at least this many of the 5 seeds
 BUILDUP_S = 100  # D: the learn-first step of the build-up trials
@@ -68,19 +67,18 @@ def collapse_at(run: dict[str, Any]) -> int | None:
     return run["collapse_step"] if run["collapsed"] else None
 
 
-def gate_measures(train: list[dict[str, Any]], collapse_step: int | None) -> dict[str, float]:
+def gate_measures(steps: Steps, collapse_step: int | None) -> dict[str, float]:
     """What the plug-in gate P(X) reads from one run: ``learn_gain``, its best ``WINDOW``-step
     sliding mean training reward minus its first window's (p1); ``pre_gamma``, the mean per-step
     router-shift ratio, and ``pre_under_gmin``, the mean per-step share of tokens under gamma_min,
-    over the steps before its collapse (all steps where it does not collapse) (p4)."""
-    reward = [r["critic/score/mean"] for r in train]
+    over the steps before its collapse (all steps where it does not collapse; its first step where
+    it collapsed on it) (p4)."""
+    first, reward = steps.series(REWARD)
     windows = [statistics.mean(reward[i : i + WINDOW]) for i in range(max(1, len(reward) - WINDOW + 1))]
-    before = [r for r in train if collapse_step is None or r["step"] < collapse_step] or train[:1]
-    return {
-        "learn_gain": max(windows) - windows[0],
-        "pre_gamma": statistics.mean(r["router/shift_ratio_mean"] for r in before),
-        "pre_under_gmin": statistics.mean(r["router/shift_clipfrac"] for r in before),
-    }
+    gamma, under = steps.rs_activity(until=collapse_step)
+    if gamma != gamma:  # collapsed on its first step
+        gamma, under = steps.rs_activity(until=first[0] + 1)
+    return {"learn_gain": max(windows) - windows[0], "pre_gamma": gamma, "pre_under_gmin": under}
 
 
 def _late(runs: list[dict[str, Any]]) -> int:
@@ -96,7 +94,7 @@ def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None)
     verdict = {
         "p1": all(r["learn_gain"] >= GATE_LEARN for r in runs),
         "p2": _late(runs) >= GATE_SEEDS,
-        "p4": gamma <= GATE_GAMMA or under >= GATE_UNDER,
+        "p4": rs_acts(gamma, under),
         "p3": None if freeze is None else not any(r["collapsed"] for r in freeze),
     }
     failed = [k for k in ("p1", "p2", "p3", "p4") if verdict[k] is False]
@@ -202,7 +200,7 @@ class GateSearch:
 
 
 def search_outcome(
-    rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]] | None = None
+    rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], Steps] | None = None
 ) -> dict[str, GateSearch]:
     """Per gate ("sec3", "grpo", "gspo", "gmpo"), the trials that judged it and those that met it; a
     trial still "pending" its frozen-router runs has not met it. Round 5's scheduled trials count too
@@ -238,7 +236,7 @@ def trial_folder(name: str, folder: str) -> bool:
     return head == name and len(key) == 12 and all(c in "0123456789abcdef" for c in key)
 
 
-def steps_in_pack(path: str | Path) -> Callable[[str, str, int], list[dict[str, Any]]]:
+def steps_in_pack(path: str | Path) -> Callable[[str, str, int], Steps]:
     """(trial name, method, seed) -> that run's per-step metrics, from a record's steps.tar.xz (rspo
     sweep's pack_steps), read once."""
     import tarfile
@@ -249,20 +247,18 @@ def steps_in_pack(path: str | Path) -> Callable[[str, str, int], list[dict[str, 
     with tarfile.open(path) as tf:
         texts = {m.name: tf.extractfile(m).read().decode() for m in tf.getmembers() if m.name.endswith("metrics.jsonl")}
 
-    def steps_of(name: str, method: str, seed: int) -> list[dict[str, Any]]:
+    def steps_of(name: str, method: str, seed: int) -> Steps:
         found = [
-            t
-            for n, t in texts.items()
-            if n.endswith(f"/{method}-s{seed}/metrics.jsonl") and trial_folder(name, n.split("/")[0])
+            n for n in texts if n.endswith(f"/{method}-s{seed}/metrics.jsonl") and trial_folder(name, n.split("/")[0])
         ]
         if len(found) != 1:
             raise TrialsError(f"{path}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
-        return [json.loads(ln) for ln in found[0].splitlines() if ln.strip()]
+        return Steps.from_text(texts[found[0]], f"{path}:{found[0]}")
 
     return steps_of
 
 
-def record_steps(record: Path) -> Callable[[str, str, int], list[dict[str, Any]]] | None:
+def record_steps(record: Path) -> Callable[[str, str, int], Steps] | None:
     """The per-step metrics of a record's runs (its steps.tar.xz beside it), or None where it has none."""
     pack = Path(record).parent / "steps.tar.xz"
     return steps_in_pack(pack) if pack.is_file() else None
@@ -271,30 +267,27 @@ def record_steps(record: Path) -> Callable[[str, str, int], list[dict[str, Any]]
 # ----------------------------------------------------------------------------- round 5: drift after learning
 
 
-def drift_measures(steps: list[dict[str, Any]], start: int, collapse_step: int | None) -> dict[str, Any]:
-    """What round 5's gates read from one run's per-step metrics (metrics.jsonl rows, step 0's
-    validation included), for drift that starts after step ``start``: ``learn``, mean training reward of
-    steps start-19..start minus that of steps 1-10 (L1, D0); ``noise``, the per-step reward SD over
-    steps 1..start (SD of the first differences / sqrt 2); ``heldout_base`` and ``heldout_at_s``, the
+def drift_measures(steps: Steps, start: int, collapse_step: int | None) -> dict[str, Any]:
+    """What round 5's gates read from one run's per-step metrics, for drift that starts after step
+    ``start``: ``learn``, rspo.run_record's learn gain of the window of steps start-19..start (L1, D0);
+    ``noise``, the per-step reward noise over steps 1..start; ``heldout_base`` and ``heldout_at_s``, the
     greedy held-out score at steps 0 and ``start`` (None where not validated); ``post_gamma`` and
     ``post_under``, the mean per-step router-shift ratio and share of tokens under gamma_min over the
-    steps after ``start`` and before the collapse (L5)."""
-    train = [r for r in steps if "critic/score/mean" in r]
-    reward = [r["critic/score/mean"] for r in train]
+    steps after ``start`` and before the collapse (L5; None where there are none)."""
+    reward = steps.values(REWARD)
     if len(reward) < start or start < LEARN_BEFORE:
         raise ValueError(
             f"drift_measures: {len(reward)} training steps, need at least start = {start} >= {LEARN_BEFORE}"
         )
-    val = {r["step"]: r["val/val/score"] for r in steps if "val/val/score" in r}
-    diffs = [b - a for a, b in zip(reward[: start - 1], reward[1:start])]
-    after = [r for r in train if r["step"] > start and (collapse_step is None or r["step"] < collapse_step)]
+    val = steps.at(val_score())
+    gamma, under = steps.rs_activity(after=start, until=collapse_step)
     return {
-        "learn": statistics.mean(reward[start - LEARN_BEFORE : start]) - statistics.mean(reward[:LEARN_FIRST]),
-        "noise": statistics.stdev(diffs) / 2**0.5,
+        "learn": learn_gain(reward, reward[start - LEARN_BEFORE : start]),
+        "noise": noise_sd(reward[:start]),
         "heldout_base": val.get(0),
         "heldout_at_s": val.get(start),
-        "post_gamma": statistics.mean(r["router/shift_ratio_mean"] for r in after) if after else None,
-        "post_under": statistics.mean(r["router/shift_clipfrac"] for r in after) if after else None,
+        "post_gamma": gamma if gamma == gamma else None,
+        "post_under": under if under == under else None,
     }
 
 
@@ -323,7 +316,7 @@ def learn_then_drift_gate(
         ),
         "L3": _after(runs, start) >= DRIFT_SEEDS,
         "L4": None if freeze is None else not any(r["collapsed"] for r in freeze),
-        "L5": gamma is not None and (gamma <= GATE_GAMMA or under >= GATE_UNDER),
+        "L5": gamma is not None and rs_acts(gamma, under),
     }
     return {
         **verdict,
@@ -368,7 +361,7 @@ def router_lr_change(trial: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def drift_outcomes(
-    rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]]
+    rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], Steps]
 ) -> list[tuple[dict[str, Any], str, str, dict[str, Any]]]:
     """(trial, gate "L" or "D", X, result) for every trial of the record whose router-lr schedule is a
     step (L(X) for each X it ran without a routing mode, S = the step) or a rise (D, S = BUILDUP_S),

@@ -23,7 +23,10 @@ run's own UTC start and end too). It appends one JSON line per trial to
 resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose
 folder holds a finished run are read, not retrained. ``--steps FILE`` packs every run's per-step
 metrics (metrics.jsonl) and final.json into one reproducible tar.xz (sorted members, no times or
-owners), so that a committed record's gates can be recomputed from the steps.
+owners), so that a committed record's gates can be recomputed from the steps. Every run is read
+through rspo.run_record; its ``reward_first`` and ``reward_last`` are the study's first reward (first
+10 steps) and late reward (last third). Records written before 2026-12-06 (rounds 3-5) hold the
+means of the first 5 and last 5 steps under those keys; no gate or table reads them.
 
 The selection criteria are not computed here: they are written in the preset's comments and
 the README, and applied by reading the table.
@@ -49,6 +52,19 @@ from rspo.jsonl import iter_jsonl
 from rspo.preset import Preset
 from rspo.regime_gates import WINDOW, collapse_at, gate_measures, router_lr_change, trial_folder
 from rspo.report.trials import drift_gate_table, gate_table, table
+from rspo.run_record import (
+    FIRST_STEPS,
+    GAMMA,
+    GAMMA_UNDER,
+    PG_CLIPFRAC,
+    PPO_KL,
+    REWARD,
+    STEP_S,
+    RunRecord,
+    Steps,
+    late_window,
+    val_score,
+)
 from rspo.subcommand import rspo_argv
 
 SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
@@ -194,30 +210,29 @@ def run_one(
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
         stamp.write_text(json.dumps({"started_utc": started, "ended_utc": utc_now(), "commit": commit()}))
     when = json.loads(stamp.read_text()) if stamp.is_file() else {}
-    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    final = json.loads((out / "final.json").read_text())
-    val = [(r["step"], r["val/val/score"]) for r in rows if "val/val/score" in r]
-    train = [r for r in rows if "critic/score/mean" in r]
+    record = RunRecord.open(out)
+    val = list(record.steps.at(val_score()).items())
+    train = [{"step": step, **row} for step, row in record.steps.rows.items() if REWARD in row]
     return {
         **group_diagnostics(train),
         "algo": algo,
         "seed": seed,
         "started_utc": when.get("started_utc"),
         "ended_utc": when.get("ended_utc"),
-        "wall_s": wall or sum(r.get("perf/step_s", 0.0) for r in train),
+        "wall_s": wall or sum(r.get(STEP_S, 0.0) for r in train),
         "val": val,
         "base_acc": val[0][1],
         "final_acc": val[-1][1],
         "best_acc": max(v for _, v in val),
-        "min_gamma": min(r["router/shift_ratio_mean"] for r in train),
-        "max_gamma_clip": max(r["router/shift_clipfrac"] for r in train),
-        "max_pg_clipfrac": max(r["actor/pg_clipfrac"] for r in train),
-        "max_ppo_kl": max(abs(r["actor/ppo_kl"]) for r in train),
-        "reward_first": statistics.mean(r["critic/score/mean"] for r in train[:5]),
-        "reward_last": statistics.mean(r["critic/score/mean"] for r in train[-5:]),
-        "collapsed": bool(final.get("collapsed")),
-        "collapse_step": final.get("collapse_step"),
-        **gate_measures(train, final.get("collapse_step") if final.get("collapsed") else None),
+        "min_gamma": min(r[GAMMA] for r in train),
+        "max_gamma_clip": max(r[GAMMA_UNDER] for r in train),
+        "max_pg_clipfrac": max(r[PG_CLIPFRAC] for r in train),
+        "max_ppo_kl": max(abs(r[PPO_KL]) for r in train),
+        "reward_first": statistics.mean(r[REWARD] for r in train[:FIRST_STEPS]),
+        "reward_last": statistics.mean(r[REWARD] for r in late_window(train)),
+        "collapsed": record.collapsed,
+        "collapse_step": record.final.get("collapse_step"),
+        **gate_measures(record.steps, record.onset),
     }
 
 
@@ -377,10 +392,10 @@ def bases_table(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]] = (
     return "\n".join(lines) + "\n"
 
 
-def steps_in_work(work: Path) -> Callable[[str, str, int], list[dict[str, Any]]]:
+def steps_in_work(work: Path) -> Callable[[str, str, int], Steps]:
     """(trial name, method, seed) -> that run's per-step metrics, from a sweep's work folder."""
 
-    def steps_of(name: str, method: str, seed: int) -> list[dict[str, Any]]:
+    def steps_of(name: str, method: str, seed: int) -> Steps:
         found = [
             p
             for p in (work / "runs").glob(f"{name}-*/{method}-s{seed}/metrics.jsonl")
@@ -388,7 +403,7 @@ def steps_in_work(work: Path) -> Callable[[str, str, int], list[dict[str, Any]]]
         ]
         if len(found) != 1:
             raise SweepError(f"{work}: {len(found)} metrics.jsonl for {name} {method} seed {seed}, expected one")
-        return [obj for _, obj in iter_jsonl(found[0])]
+        return Steps.parse(found[0])
 
     return steps_of
 
@@ -429,7 +444,7 @@ def run_sweep(
     work = Path(spec["work"])
     work.mkdir(parents=True, exist_ok=True)
     done_path = work / "trials.jsonl"
-    done = [json.loads(ln) for ln in done_path.read_text().splitlines() if ln.strip()] if done_path.is_file() else []
+    done = [obj for _, obj in iter_jsonl(done_path)] if done_path.is_file() else []
     data = ensure_data(spec, work)
     for trial in spec["trials"]:
         if only and trial["name"] not in only:

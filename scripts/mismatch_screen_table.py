@@ -17,23 +17,24 @@ import math
 import statistics as st
 from pathlib import Path
 
+from rspo.run_record import MISMATCH_KL, REWARD, ROUTING_AGREEMENT, STEP_S, Steps, val_score
+
 METHODS = [("gmpo", "GMPO"), ("rspo", "RSPO (GMPO+RS)"), ("tis", "GMPO+TIS"), ("r3", "R3"), ("rstis", "RSPO+TIS")]
 T975 = {2: 4.303, 3: 3.182, 4: 2.776}  # two-sided 95% t quantiles by degrees of freedom
 
 
 def run_summary(folder: Path) -> dict:
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    val = {r["step"]: r["val/val/score"] for r in rows if "val/val/score" in r}
-    steps = [r for r in rows if "critic/score/mean" in r]
+    steps = Steps.parse(folder / "metrics.jsonl")
+    val = steps.at(val_score())
     last = max(val)
     return {
         "val": val[last],
         "val0": val[0],
         "last_step": last,
-        "reward": st.mean(r["critic/score/mean"] for r in steps if r["step"] > last - 10),
-        "k3_kl": st.mean(r["rollout_corr/k3_kl"] for r in steps),
-        "routing_agreement": st.mean(r["rollout_corr/routing_agreement"] for r in steps),
-        "step_s": st.mean(r["perf/step_s"] for r in steps),
+        "reward": st.mean(steps.values(REWARD, after=last - 10)),
+        "k3_kl": st.mean(steps.values(MISMATCH_KL)),
+        "routing_agreement": st.mean(steps.values(ROUTING_AGREEMENT)),
+        "step_s": st.mean(steps.values(STEP_S)),
     }
 
 

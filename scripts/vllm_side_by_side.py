@@ -20,13 +20,14 @@ import sys
 import time
 from pathlib import Path
 
+from rspo.run_record import REWARD, Steps, val_score
+
 
 def run(args, backend: str) -> tuple[list[dict], float]:
     out = Path(args.out) / backend
     done = out / "wall_s.txt"
     if args.reuse and done.is_file():  # a finished run of an earlier call
-        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        return rows, float(done.read_text())
+        return _rows(out), float(done.read_text())
     data = Path(args.data)
     cmd = [sys.executable, "-m", "rspo", "train", "--preset", args.preset, "--run-name", args.run]
     cmd += ["--base-model", args.base_model, "--train-data", str(data / "train.jsonl")]
@@ -45,9 +46,13 @@ def run(args, backend: str) -> tuple[list[dict], float]:
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"{backend} run failed:\n{p.stderr[-4000:]}")
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     done.write_text(f"{wall:.3f}")
-    return rows, wall
+    return _rows(out), wall
+
+
+def _rows(out: Path) -> list[dict]:
+    """A run's per-step metrics, one row per step (rspo.run_record)."""
+    return [{"step": step, **row} for step, row in Steps.parse(out / "metrics.jsonl").rows.items()]
 
 
 def main(argv=None) -> int:
@@ -70,17 +75,17 @@ def main(argv=None) -> int:
     for step in sorted(set(by_step["hf"]) | set(by_step["vllm"])):
         h, v = by_step["hf"].get(step, {}), by_step["vllm"].get(step, {})
         print(
-            f"| {step} | {fmt(h.get('critic/score/mean'))} | {fmt(v.get('critic/score/mean'))} | "
-            f"{fmt(h.get('val/val/score'))} | {fmt(v.get('val/val/score'))} |"
+            f"| {step} | {fmt(h.get(REWARD))} | {fmt(v.get(REWARD))} | "
+            f"{fmt(h.get(val_score()))} | {fmt(v.get(val_score()))} |"
         )
     print()
     print("| backend | mean reward | rollout tokens/s (median) | rollout s/step (median) | sync s (median) | wall s |")
     print("|---|---|---|---|---|---|")
     summary = {}
     for b, (rows, wall) in res.items():
-        steps = [r for r in rows if "critic/score/mean" in r]
+        steps = [r for r in rows if REWARD in r]
         s = {
-            "mean_reward": statistics.mean(r["critic/score/mean"] for r in steps),
+            "mean_reward": statistics.mean(r[REWARD] for r in steps),
             "rollout_tokens_per_s": statistics.median(r["perf/rollout_tokens_per_s"] for r in steps),
             "rollout_s": statistics.median(r["perf/rollout_s"] for r in steps),
             "sync_s": statistics.median(r["perf/sync_s"] for r in steps),

@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.benchmark_catalog",
             "rspo.backend_capabilities",
             "rspo.jsonl",
+            "rspo.run_record",
             "rspo.subcommand",
             "rspo.seeding",
             "rspo.progress",

@@ -49,9 +49,9 @@ def test_late_reward_and_its_drop(tmp_path):
 
 def test_steps_to_collapse_is_the_onset_or_the_runs_length(tmp_path):
     (tmp_path / "final.json").write_text(json.dumps({"collapsed": True, "collapse_step": 41, "steps": 100}))
-    assert m.steps_to_collapse(tmp_path / "final.json").value == 41
+    assert m.steps_to_collapse(tmp_path).value == 41
     (tmp_path / "final.json").write_text(json.dumps({"collapsed": False, "collapse_step": None, "steps": 100}))
-    assert m.steps_to_collapse(tmp_path / "final.json").value == 100
+    assert m.steps_to_collapse(tmp_path).value == 100
 
 
 def test_trend_measures_on_hand_made_series(tmp_path):

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from rspo.regime_gates import TrialsError, gate_measures, plugin_gate, read_trials, search_outcome, sec3_gate
+from rspo.run_record import Steps
 
 
 def _run(rewards, collapse=None, gamma=0.995, under=0.0, algo="grpo", seed=0):
@@ -17,7 +18,7 @@ def _run(rewards, collapse=None, gamma=0.995, under=0.0, algo="grpo", seed=0):
     if collapse is not None:  # the steps from the collapse on carry another gamma: they must not count
         for row in train[collapse - 1 :]:
             row["router/shift_ratio_mean"], row["router/shift_clipfrac"] = 0.5, 0.5
-    measures = gate_measures(train, collapse)
+    measures = gate_measures(Steps.from_lines(enumerate(train, 1), "test"), collapse)
     return {"algo": algo, "seed": seed, "collapsed": collapse is not None, "collapse_step": collapse, **measures}
 
 
@@ -107,7 +108,7 @@ def _steps(rewards, *, val0=0.6, val_s=0.6, start=100, gamma=0.999, gamma_after=
         if i == start:
             row["val/val/score"] = val_s
         rows.append(row)
-    return rows
+    return Steps.from_lines(enumerate(rows, 1), "test")
 
 
 def test_the_learn_test_is_calibrated_to_the_measured_noise():
@@ -116,30 +117,16 @@ def test_the_learn_test_is_calibrated_to_the_measured_noise():
     far more: the reason round 5 replaced it."""
     import random
 
-    from rspo.regime_gates import LEARN_BEFORE, LEARN_FIRST, LEARN_MIN, NOISE_SD, drift_measures
+    from rspo.regime_gates import LEARN_BEFORE, LEARN_MIN, drift_measures
+    from rspo.run_record import FIRST_STEPS, NOISE_SD
 
-    assert LEARN_MIN >= 1.6449 * NOISE_SD * (1 / LEARN_BEFORE + 1 / LEARN_FIRST) ** 0.5
+    assert LEARN_MIN == 0.048 >= 1.6449 * NOISE_SD * (1 / LEARN_BEFORE + 1 / FIRST_STEPS) ** 0.5
     rng = random.Random(0)
     flats = [[0.6 + rng.gauss(0, NOISE_SD) for _ in range(230)] for _ in range(2000)]
     passed = sum(drift_measures(_steps(f), 100, None)["learn"] >= LEARN_MIN for f in flats) / len(flats)
     assert passed <= 0.06
     p1 = (
-        sum(
-            gate_measures(
-                [
-                    {
-                        "step": i + 1,
-                        "critic/score/mean": r,
-                        "router/shift_ratio_mean": 1.0,
-                        "router/shift_clipfrac": 0.0,
-                    }
-                    for i, r in enumerate(f[:150])
-                ],
-                None,
-            )["learn_gain"]
-            >= 0.02
-            for f in flats[:300]
-        )
+        sum(gate_measures(_steps(f[:150], gamma=1.0, gamma_after=1.0), None)["learn_gain"] >= 0.02 for f in flats[:300])
         / 300
     )
     assert p1 > 0.5
@@ -211,7 +198,7 @@ def test_drift_outcomes_judge_scheduled_trials_from_their_steps_and_leave_round_
             "seed": seed,
             "collapsed": collapse is not None,
             "collapse_step": collapse,
-            **gate_measures([r for r in _steps(rewards) if "critic/score/mean" in r], collapse),
+            **gate_measures(_steps(rewards), collapse),
         }
 
     a = _trial(

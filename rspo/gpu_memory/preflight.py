@@ -61,19 +61,20 @@ from pathlib import Path
 from typing import Any
 
 from rspo.backend_capabilities import capabilities
+from rspo.run_record import MISMATCH_KL, ROUTING_AGREEMENT
 
 GIB = 2**30
 STAGES = ("first", "resume")
 PARITY_KL = 0.015
 """The largest mean engine-trainer k3 KL the gate lets through (module docstring)."""
-PARITY_KEYS = ("rollout_corr/k3_kl", "rollout_corr/routing_agreement")
+PARITY_KEYS = (MISMATCH_KL, ROUTING_AGREEMENT)
 
 
 def parity(stage_metrics: list[dict[str, float]]) -> dict[str, Any]:
     """The gate over the steps' metrics: mean k3 KL, the smallest routing agreement (None where the
     engine reported none), the threshold and whether it passes (no k3 KL measured: nothing to refuse)."""
-    kl = [m["rollout_corr/k3_kl"] for m in stage_metrics if "rollout_corr/k3_kl" in m]
-    agree = [m["rollout_corr/routing_agreement"] for m in stage_metrics if "rollout_corr/routing_agreement" in m]
+    kl = [m[MISMATCH_KL] for m in stage_metrics if MISMATCH_KL in m]
+    agree = [m[ROUTING_AGREEMENT] for m in stage_metrics if ROUTING_AGREEMENT in m]
     mean_kl = sum(kl) / len(kl) if kl else None
     return {
         "k3_kl": mean_kl,

@@ -28,6 +28,7 @@ from rspo.report import measures as m
 from rspo.report.inference import Estimate, interval, pooled_sd
 from rspo.report.regime_search import guard
 from rspo.report.rule import NOT_TESTABLE, RULE, Claim, Row, apply_holm, judge, paired_rows
+from rspo.run_record import late_window
 
 SEC3 = "drift"
 """The regime built to test Sec. 3 (router drift that GRPO cannot survive but GMPO and a frozen
@@ -295,7 +296,7 @@ def mismatch_cost(plan, runs_dir: Path) -> tuple[Estimate, int, int] | None:
     if not plan.spec.has("mismatch"):
         return None
     total = plan.spec.rl(regime="mismatch").schedule.total_steps
-    first = total - max(1, round(total * m.LATE_FRACTION)) + 1
+    first = total - len(late_window(range(total))) + 1
     runs: dict[str, dict[int, Path]] = {"gmpo": {}, "mismatch-gmpo": {}}
     for name, r in plan.runs.items():
         if r.task == "countdown" and r.method in runs:

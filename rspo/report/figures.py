@@ -44,20 +44,28 @@ import pandas as pd
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from rspo.jsonl import iter_jsonl
 from rspo.plan import FIGURES, Plan, Run, paper_figure
 from rspo.report import style
+from rspo.run_record import (
+    GAMMA,
+    GAMMA_UNDER,
+    MISMATCH_KL,
+    PG_CLIPFRAC,
+    PPO_KL,
+    REWARD,
+    ROUTING_AGREEMENT,
+    Steps,
+)
 
-REWARD = "critic/score/mean"
 METRIC_LABELS = {
     REWARD: "Training reward",
     "actor/entropy": "Entropy",
-    "router/shift_ratio_mean": "Router-shift ratio γ (mean)",
-    "router/shift_clipfrac": "Router-shift clipfrac (γ < γmin)",
-    "actor/ppo_kl": "ppo_kl",
-    "actor/pg_clipfrac": "pg_clipfrac",
-    "rollout_corr/k3_kl": "KL(engine || trainer), k3",
-    "rollout_corr/routing_agreement": "Routing agreement (engine, old pass)",
+    GAMMA: "Router-shift ratio γ (mean)",
+    GAMMA_UNDER: "Router-shift clipfrac (γ < γmin)",
+    PPO_KL: "ppo_kl",
+    PG_CLIPFRAC: "pg_clipfrac",
+    MISMATCH_KL: "KL(engine || trainer), k3",
+    ROUTING_AGREEMENT: "Routing agreement (engine, old pass)",
 }
 
 
@@ -89,15 +97,10 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
             f"missing metrics file: {path} (train the run first, or draw from the shipped runs: `make figures` "
             "unpacks them into results/<preset>-archive/runs, `make figure FIG=<name>` redraws one from there)"
         )
-    rows: dict[int, dict[str, float]] = {}
-    for i, rec in iter_jsonl(path):
-        step = rec.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise ValueError(f"{path}:{i}: every line needs an integer 'step', got {step!r}")
-        row = rows.setdefault(step, {})
-        for k, v in rec.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                row[k] = float(v)
+    rows = {
+        step: {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        for step, row in Steps.parse(path).rows.items()
+    }
     if not rows:
         raise ValueError(f"{path}: no metric lines")
     df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
@@ -153,12 +156,12 @@ def panels_for(figure: str, plan: Plan, runs: list[str]) -> list[Panel]:
     if figure in ("fig4_plugin", "fig5_stopgrad", "fig8_routing"):
         return [Panel(REWARD), Panel("val", required=False)]
     if figure == "fig6_mechanism":
-        metrics = ("router/shift_ratio_mean", "router/shift_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac")
+        metrics = (GAMMA, GAMMA_UNDER, PPO_KL, PG_CLIPFRAC)
         return [Panel(m) for m in metrics]
     if figure == "fig7_entropy":
         return [Panel("actor/entropy")]
     if figure == "fig9_mismatch":
-        return [Panel("rollout_corr/k3_kl"), Panel("rollout_corr/routing_agreement"), Panel(REWARD)]
+        return [Panel(MISMATCH_KL), Panel(ROUTING_AGREEMENT), Panel(REWARD)]
     raise ValueError(f"unknown figure {figure!r}; choose one of {list(FIGURES)}")
 
 

@@ -44,12 +44,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rspo.report.inference import block_jackknife_sd, mcnemar_sd
+from rspo.run_record import (
+    FIRST_STEPS,
+    GAMMA,
+    GAMMA_UNDER,
+    MISMATCH_KL,
+    PG_CLIPFRAC,
+    PPO_KL,
+    REWARD,
+    ROUTING_AGREEMENT,
+    RunRecord,
+    Steps,
+    late_window,
+)
 
 TREND_MEASURES = ("gamma_fall", "gclip_rise", "kl_vol_growth", "clip_vol_growth", "kl_vol", "agreement", "mismatch_kl")
 OUTCOMES = ("reward", "reward_drop", "acc", "steps")
 MIN_TREND_STEPS = 10
 DROP_WINDOW = 10
-LATE_FRACTION = 1 / 3
 SATURATED = 1.0
 """A level (points) within this of 0 or 100 is at the floor or the ceiling."""
 
@@ -88,8 +100,10 @@ class RunFacts:
     collapse_step: int | None
     steps: int
     reward_first: float
-    """Mean training reward (points) of the first DROP_WINDOW steps."""
+    """Mean training reward (points) of the first FIRST_STEPS steps (rspo.run_record)."""
     reward_late: float
+    late_steps: int
+    """How many steps the late reward averages (the last third)."""
     min_gamma: float
     """Smallest per-step mean router-shift ratio."""
     max_gamma_clip: float
@@ -103,47 +117,30 @@ class RunFacts:
 # ---------------------------------------------------------------------------- reading run files
 
 
-def _rows(metrics_path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in Path(metrics_path).read_text().splitlines() if ln.strip()]
-
-
 def series(metrics_path: Path, key: str, until: int | None = None) -> tuple[list[float], list[float]]:
-    """(steps, values) of a per-step training metric on steps >= 1 (and < ``until``); the last line
-    wins for a repeated step."""
-    by_step: dict[int, float] = {}
-    for rec in _rows(metrics_path):
-        v, step = rec.get(key), int(rec.get("step", 0))
-        if isinstance(v, (int, float)) and math.isfinite(v) and step > 0 and (until is None or step < until):
-            by_step[step] = float(v)
-    steps = sorted(by_step)
-    return [float(x) for x in steps], [by_step[x] for x in steps]
-
-
-def final_info(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / "final.json").read_text())
-
-
-def collapse_onset(run_dir: Path) -> int | None:
-    info = final_info(run_dir)
-    return int(info["collapse_step"]) if info.get("collapsed") and info.get("collapse_step") is not None else None
+    """(steps, values) of a per-step training metric on steps >= 1 (and < ``until``) of a metrics.jsonl
+    (rspo.run_record.Steps: the last line wins for a repeated step)."""
+    steps, values = Steps.parse(metrics_path).series(key, until=until)
+    return [float(x) for x in steps], values
 
 
 def run_facts(run_dir: Path) -> RunFacts:
-    info = final_info(run_dir)
-    _, reward = series(run_dir / "metrics.jsonl", "critic/score/mean")
-    _, gamma = series(run_dir / "metrics.jsonl", "router/shift_ratio_mean")
-    _, clip = series(run_dir / "metrics.jsonl", "router/shift_clipfrac")
-    late = max(1, round(len(reward) * LATE_FRACTION))
+    record = RunRecord.open(run_dir)
+    steps = record.steps
+    reward, gamma, clip = steps.values(REWARD), steps.values(GAMMA), steps.values(GAMMA_UNDER)
+    late = late_window(reward)
+    mean_gamma, mean_clip = steps.rs_activity()
     return RunFacts(
-        collapsed=bool(info.get("collapsed")),
-        collapse_step=collapse_onset(run_dir),
-        steps=int(info["steps"]),
-        reward_first=100 * statistics.fmean(reward[:DROP_WINDOW]) if reward else math.nan,
-        reward_late=100 * statistics.fmean(reward[-late:]) if reward else math.nan,
+        collapsed=record.collapsed,
+        collapse_step=record.onset,
+        steps=record.n_steps,
+        reward_first=100 * statistics.fmean(reward[:FIRST_STEPS]) if reward else math.nan,
+        reward_late=100 * statistics.fmean(late) if reward else math.nan,
+        late_steps=len(late) if reward else 0,
         min_gamma=min(gamma) if gamma else math.nan,
         max_gamma_clip=max(clip) if clip else math.nan,
-        mean_gamma=statistics.fmean(gamma) if gamma else math.nan,
-        mean_gamma_clip=statistics.fmean(clip) if clip else math.nan,
+        mean_gamma=mean_gamma,
+        mean_gamma_clip=mean_clip,
     )
 
 
@@ -168,10 +165,10 @@ def pooled_accuracy(path: Path, splits: list[str]) -> Measured:
 
 
 def late_reward(metrics_path: Path) -> Measured:
-    _, values = series(metrics_path, "critic/score/mean")
+    _, values = series(metrics_path, REWARD)
     if len(values) < MIN_TREND_STEPS:
         raise TooShortError(f"{metrics_path}: {len(values)} training steps; the late reward needs {MIN_TREND_STEPS}")
-    return _window_mean([100 * v for v in values[-max(1, round(len(values) * LATE_FRACTION)) :]])
+    return _window_mean([100 * v for v in late_window(values)])
 
 
 def _window_mean(window: list[float]) -> Measured:
@@ -185,7 +182,7 @@ def _window_mean(window: list[float]) -> Measured:
 def reward_over(metrics_path: Path, first: int, last: int) -> Measured:
     """Mean training reward (points) of steps ``first``..``last`` (the late reward's window of another
     run, measured on this one: the mismatch regime's cost to a control, rspo.report.claims)."""
-    steps, values = series(metrics_path, "critic/score/mean")
+    steps, values = series(metrics_path, REWARD)
     window = [100 * v for x, v in zip(steps, values) if first <= x <= last]
     if len(window) != last - first + 1:
         raise TooShortError(f"{metrics_path}: steps {first}-{last} are not all logged")
@@ -211,7 +208,7 @@ def drop_noise(a: list[float], b: list[float] | None = None) -> float:
 
 def reward_drop(metrics_path: Path) -> Measured:
     """How far the training reward fell from its best DROP_WINDOW-step mean to its last (points)."""
-    _, values = series(metrics_path, "critic/score/mean")
+    _, values = series(metrics_path, REWARD)
     k = len(values) // DROP_WINDOW
     if k < 2:
         raise TooShortError(f"{metrics_path}: {len(values)} training steps; a drop needs {2 * DROP_WINDOW}")
@@ -225,16 +222,13 @@ def reward_drop(metrics_path: Path) -> Measured:
     )
 
 
-def steps_to_collapse(final_path: Path) -> Measured:
+def steps_to_collapse(run_dir: Path) -> Measured:
     """The collapse detector's onset step, or the run's length when it never fired (censored)."""
     from rspo.config import TrackingConfig
 
-    data = json.loads(Path(final_path).read_text())
-    step = data.get("collapse_step")
-    value = float(step if data.get("collapsed") and step is not None else data["steps"])
-    config = Path(final_path).parent / "config.json"
-    tracking = json.loads(config.read_text()).get("tracking", {}) if config.is_file() else {}
-    window = float(tracking.get("collapse_window", TrackingConfig().collapse_window))
+    record = RunRecord.open(run_dir)
+    value = float(record.onset if record.onset is not None else record.n_steps)
+    window = float(record.collapse_window or TrackingConfig().collapse_window)
     return Measured(value, window / 2)  # a collapse is dated within the detector's window
 
 
@@ -267,13 +261,13 @@ def _log2_mean(values: list[float]) -> float:
 
 TRENDS = {
     # measure: (metric, statistic of (steps, values), why it can be undefined)
-    "gamma_fall": ("router/shift_ratio_mean", lambda x, y: -100.0 * slope(x, y), ""),
-    "gclip_rise": ("router/shift_clipfrac", lambda x, y: 100.0 * 100.0 * slope(x, y), ""),
-    "kl_vol_growth": ("actor/ppo_kl", lambda x, y: volatility_growth(y), "a flat first or last fifth"),
-    "clip_vol_growth": ("actor/pg_clipfrac", lambda x, y: volatility_growth(y), "a flat first or last fifth"),
-    "kl_vol": ("actor/ppo_kl", lambda x, y: log2_sd(y), "a flat series"),
-    "agreement": ("rollout_corr/routing_agreement", lambda x, y: 100.0 * statistics.fmean(y), ""),
-    "mismatch_kl": ("rollout_corr/k3_kl", lambda x, y: _log2_mean(y), "a zero KL (engine equals trainer)"),
+    "gamma_fall": (GAMMA, lambda x, y: -100.0 * slope(x, y), ""),
+    "gclip_rise": (GAMMA_UNDER, lambda x, y: 100.0 * 100.0 * slope(x, y), ""),
+    "kl_vol_growth": (PPO_KL, lambda x, y: volatility_growth(y), "a flat first or last fifth"),
+    "clip_vol_growth": (PG_CLIPFRAC, lambda x, y: volatility_growth(y), "a flat first or last fifth"),
+    "kl_vol": (PPO_KL, lambda x, y: log2_sd(y), "a flat series"),
+    "agreement": (ROUTING_AGREEMENT, lambda x, y: 100.0 * statistics.fmean(y), ""),
+    "mismatch_kl": (MISMATCH_KL, lambda x, y: _log2_mean(y), "a zero KL (engine equals trainer)"),
 }
 
 
@@ -281,7 +275,8 @@ def trend_measure(measure: str, run_dir: Path) -> Measured:
     """A Sec. 3.3 trend of one run over the steps before its collapse onset (rspo.train.collapse)."""
     key, stat, why = TRENDS[measure]
     run_dir = Path(run_dir)
-    onset = collapse_onset(run_dir) if (run_dir / "final.json").is_file() else None
+    record = RunRecord.open(run_dir)
+    onset = record.onset if record.finished else None
     xs, ys = series(run_dir / "metrics.jsonl", key, until=onset)
     if len(xs) < MIN_TREND_STEPS:
         all_steps = len(series(run_dir / "metrics.jsonl", key)[0])
@@ -323,5 +318,5 @@ def run_measure(measure: str, run: str, *, eval_dir: Path, runs_dir: Path, split
     if measure == "reward_drop":
         return reward_drop(Path(runs_dir) / run / "metrics.jsonl")
     if measure == "steps":
-        return steps_to_collapse(Path(runs_dir) / run / "final.json")
+        return steps_to_collapse(Path(runs_dir) / run)
     raise ValueError(f"unknown measure {measure!r}")

@@ -9,7 +9,7 @@ them; for any run made since, the rule was fixed before it. In this order:
    tokens ever fall below γmin, so there is no drift to observe; a "stabilises" claim whose
    control neither collapses nor learns, so there is nothing to stabilise; a claim that RS changes
    an outcome where RS does not act: over the RS arm's runs the mean router-shift ratio γ stays
-   above ``RS_ACTIVE_GAMMA`` and under ``RS_ACTIVE_CLIP`` of the tokens sit at γmin, so RS multiplies
+   above ``RS_ACTIVE_GAMMA`` and under ``RS_ACTIVE_UNDER`` of the tokens sit at γmin, so RS multiplies
    the ratio by about 1 and can change nothing), both arms are saturated (their mean level within 1
    point of 0% or 100%), or a run's measure is undefined (a flat series has no volatility; a run
    that collapsed within 10 steps has no trend before it). Where RS is inactive, what can be tested
@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 
 from rspo.report import measures as m
 from rspo.report.inference import LEVEL, Estimate, equivalent, holm, interval, p_above_zero, p_below, rule_mde
+from rspo.run_record import RS_ACTIVE_GAMMA, RS_ACTIVE_UNDER, learn_bar, rs_acts
 
 SUPPORTED, IMMATERIAL, CONTRADICTED = "supported", "positive but immaterial", "contradicted"
 NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTABLE = "not supported", "inconclusive", "not testable"
@@ -54,21 +55,12 @@ NOT_REPRODUCED = "not reproduced"
 """The regime search measured the claim's effect and it appeared on none of the searched axes
 (rspo.report.regime_search): stronger than not testable, about those axes only."""
 MIN_SEEDS = 5
-RS_ACTIVE_GAMMA, RS_ACTIVE_CLIP = 0.99, 0.01
-"""RS acts in a regime when, over the RS arm's runs (each run's mean over its steps, then the mean over
-seeds), the mean router-shift ratio γ is at most 0.99 (the weight moves the ratio by 1% on average)
-or at least 1% of response tokens sit at γmin. Fixed on 2026-11-28 from the weight statistics alone
-(no outcome): the shipped natural and mismatch RS runs have 0.9985-0.9987 and at most 0.18%, the
-stress runs 0.975-0.984 and 4-14%."""
-LEARNS = 1.0
-"""A control "learns" when its training reward over the last third of its steps exceeds that of its
-first 10 steps by at least this many points (the training reward's margin), mean over seeds."""
 DRIFT_GAMMA, DRIFT_CLIP = 0.95, 0.02
 """Sec. 3.3's precondition: GRPO's smallest per-step mean γ at most this, or this share of tokens under γmin."""
 RULE = (
     "Verdict rule (docs/verdicts.md; written after the shipped 3-seed runs, so for them a re-analysis): "
     "not testable when the claim's precondition fails (RS claims: RS must act, mean γ <= "
-    f"{RS_ACTIVE_GAMMA} or >= {RS_ACTIVE_CLIP:.0%} of tokens at γmin), both arms are saturated, a measure "
+    f"{RS_ACTIVE_GAMMA} or >= {RS_ACTIVE_UNDER:.0%} of tokens at γmin), both arms are saturated, a measure "
     "is undefined, or the preset's regime search found no regime on its searched axes in which the claim "
     "can be tested (rspo/report/regime_search.py; 'not reproduced' where the search measured the claim's "
     "effect and it appeared on none of them); otherwise a 95% t interval over seeds of the paired "
@@ -221,7 +213,7 @@ def rs_inactive(claim: Claim, facts: dict[str, dict[int, m.RunFacts]]) -> str:
     gamma, clip = rs_activity(facts.get(rs_arm(claim), {}))
     if not (math.isfinite(gamma) and math.isfinite(clip)):
         return ""
-    if gamma > RS_ACTIVE_GAMMA and clip < RS_ACTIVE_CLIP:
+    if not rs_acts(gamma, clip):
         return f"RS inactive (mean γ {gamma:.4f}, {100 * clip:.2g}% of tokens at γmin)"
     return ""
 
@@ -245,8 +237,10 @@ def precondition_fails(claim: Claim, facts: dict[str, dict[int, m.RunFacts]], gr
         control = facts.get(claim.control, {})
         if control and not any(f.collapsed for f in control.values()):
             gain = statistics.fmean(f.reward_late - f.reward_first for f in control.values())
-            if gain < LEARNS:
-                return f"the control neither collapses nor learns (training reward {gain:+.1f} pts)"
+            window = min(f.late_steps for f in control.values())
+            bar = 100 * learn_bar(window, seeds=len(control))
+            if gain < bar:
+                return f"the control neither collapses nor learns (training reward {gain:+.1f} pts, bar {bar:.1f})"
     return ""
 
 

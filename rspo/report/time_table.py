@@ -3,9 +3,9 @@ rspo.train.time_account) as one row, and their sum, for `rspo report time`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from rspo.run_record import RunRecord
 from rspo.train.time_account import PARTS
 
 COLUMNS = (*PARTS, "wall")
@@ -15,7 +15,7 @@ def run_accounts(runs_dir: str | Path) -> dict[str, dict]:
     """{run: its time account} of every finished run under ``runs_dir`` that records one."""
     out = {}
     for final in sorted(Path(runs_dir).glob("*/final.json")):
-        account = json.loads(final.read_text()).get("time_account")
+        account = RunRecord.open(final.parent).time_account
         if account:
             out[final.parent.name] = account
     return out

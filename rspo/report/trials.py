@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rspo.regime_gates import drift_outcomes, plugin_outcomes
+from rspo.run_record import Steps
 
 EARLIER_MACHINE = "Intel Xeon (AVX-512), 2 cores"
 """Trials recorded before rows named their machine ran on this one (the first round)."""
@@ -136,10 +137,11 @@ def gate_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def drift_gate_table(rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], list[dict[str, Any]]]) -> str:
+def drift_gate_table(rows: list[dict[str, Any]], steps_of: Callable[[str, str, int], Steps]) -> str:
     """One line per (scheduled trial, gate): round 5's L(X) and D (rspo.regime_gates), each criterion's
     values per seed, read from the runs' per-step metrics."""
-    from rspo.regime_gates import LEARN_MIN, NOISE_SD
+    from rspo.regime_gates import LEARN_MIN
+    from rspo.run_record import NOISE_SD
 
     cols = [
         "trial",

@@ -22,6 +22,8 @@ import copy
 import statistics
 from typing import Any
 
+from rspo.run_record import PPO_KL, REWARD
+
 
 class CollapseDetector:
     def __init__(self, window: int = 5, drop: float = 0.5, spike: float = 5.0, sustain: int = 0) -> None:
@@ -49,8 +51,8 @@ class CollapseDetector:
 
     def update(self, step: int, metrics: dict[str, float]) -> bool:
         """Add one step's metrics; True exactly when the detector fires."""
-        self.rewards.append(float(metrics.get("critic/score/mean", 0.0)))
-        self.kls.append(abs(float(metrics.get("actor/ppo_kl", 0.0))))
+        self.rewards.append(float(metrics.get(REWARD, 0.0)))
+        self.kls.append(abs(float(metrics.get(PPO_KL, 0.0))))
         self.grads.append(float(metrics.get("actor/grad_norm", 0.0)))
         if len(self.rewards) < self.window:
             return False

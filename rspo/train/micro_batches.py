@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from rspo.method import OBJECTIVES
+from rspo.run_record import GAMMA, GAMMA_UNDER, PG_CLIPFRAC, PPO_KL
 
 
 def row_tokens(attention_mask: torch.Tensor, response_mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
@@ -48,7 +49,7 @@ def pack_micro_batches(rows: torch.Tensor, lengths: torch.Tensor, budget: int, m
 
 
 # Metrics that are means over response tokens (rspo.losses); the others are means over responses.
-TOKEN_METRICS = frozenset({"actor/ppo_kl", "actor/pg_clipfrac", "router/shift_ratio_mean", "router/shift_clipfrac"})
+TOKEN_METRICS = frozenset({PPO_KL, PG_CLIPFRAC, GAMMA, GAMMA_UNDER})
 
 
 def weighted_mean(values: list[tuple[float, int, int]], by_tokens: bool = False) -> float:
@@ -68,6 +69,5 @@ def merge_micro_metrics(metrics: dict[str, list[tuple[float, int, int]]], algo: 
     GSPO's, has it merged as a mean over responses: rspo.method.Objective.clip_unit)."""
     by_sequence = OBJECTIVES[algo].clip_unit == "sequence"
     return {
-        k: weighted_mean(v, k in TOKEN_METRICS and not (k == "actor/pg_clipfrac" and by_sequence))
-        for k, v in metrics.items()
+        k: weighted_mean(v, k in TOKEN_METRICS and not (k == PG_CLIPFRAC and by_sequence)) for k, v in metrics.items()
     }

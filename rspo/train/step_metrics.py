@@ -13,6 +13,7 @@ import torch
 from rspo.distributed import Dist
 from rspo.losses import masked_mean, mismatch_metrics
 from rspo.router import routing_agreement
+from rspo.run_record import GAMMA, PPO_KL, REWARD, ROUTING_AGREEMENT, STEP_S
 from rspo.train.group_stats import group_stats, response_entropy
 from rspo.train.policy import StepTensors
 
@@ -48,7 +49,7 @@ def step_metrics(
     n_tokens = float(mask.sum())
     upd_s = max(times.update_s, 1e-9)
     out = {
-        "critic/score/mean": float(rewards.mean()),
+        REWARD: float(rewards.mean()),
         "critic/score/max": float(rewards.max()),
         "critic/score/min": float(rewards.min()),
         **group_stats(rewards, batch.response_ids, mask, group_size),
@@ -63,7 +64,7 @@ def step_metrics(
         "perf/old_pass_s": times.old_pass_s,
         "perf/update_s": times.update_s,
         "perf/sync_s": times.sync_s,  # weights into the rollout engine (vllm; ~0 for hf)
-        "perf/step_s": times.rollout_s + times.reward_s + times.old_pass_s + times.update_s,
+        STEP_S: times.rollout_s + times.reward_s + times.old_pass_s + times.update_s,
         "perf/rollout_tokens_per_s": n_tokens / max(times.rollout_s, 1e-9),
         "perf/tokens_per_s": n_tokens * ppo_epochs / upd_s,
         # every non-padding token the updates process (prompt + response), as a training loop counts
@@ -80,8 +81,8 @@ def onpolicy_metrics(first_mb: dict[str, float]) -> dict[str, float]:
     if not first_mb:
         return {}
     return {
-        "router/onpolicy_shift_ratio_mean": first_mb.get("router/shift_ratio_mean", float("nan")),
-        "actor/onpolicy_ppo_kl": first_mb.get("actor/ppo_kl", float("nan")),
+        "router/onpolicy_shift_ratio_mean": first_mb.get(GAMMA, float("nan")),
+        "actor/onpolicy_ppo_kl": first_mb.get(PPO_KL, float("nan")),
     }
 
 
@@ -102,5 +103,5 @@ def mismatch(st: StepTensors, dist: Dist, ppo_epochs: int) -> dict[str, float]:
             counts = torch.tensor([agree, total], dtype=torch.float64)
             dist.all_reduce_sum_(counts)
             agree, total = float(counts[0]), float(counts[1])
-        out["rollout_corr/routing_agreement"] = agree / max(total, 1)
+        out[ROUTING_AGREEMENT] = agree / max(total, 1)
     return out
