@@ -319,7 +319,7 @@ class PresetSpec(Section):
     resources: Resources = field(default_factory=Resources)
     """Job resources per rule kind (defaults: rspo.plan.DEFAULT_RESOURCES)."""
     primary_claims: tuple[str, ...] | None = setting(None, nonempty=True)
-    """The claims table's pre-registered primary family: claim keys of rspo.report.claims.PRIMARY, each
+    """The claims table's pre-registered primary family: claim keys of rspo.report.claim_registry, each
     judged on its one primary row and Holm-corrected together (a listed row that is missing or not
     testable counts with p = 1); unset: every claim's primary row. Name it before the runs it judges."""
 

@@ -20,18 +20,45 @@ EARLIER = ROOT / "docs" / "results" / "small-3seed"
 
 
 def test_every_claim_has_one_primary_row_named_before_the_runs():
-    catalogue = claims.paper_claims(0.8, 150) + claims.mismatch_claims(0.8)
-    assert {c.key for c in catalogue if not c.check} == set(claims.PRIMARY)
+    from rspo.report.claim_registry import CLAIMS, READ_IN, claim_rows, primary_family
+
+    catalogue = claim_rows(0.8, 150)
+    assert {c.key for c in catalogue if not c.check} == set(primary_family())
     assert {c.key for c in catalogue if c.check} == {"r3-agreement"}  # true by construction: outside the family
-    for key, (measure, regime) in claims.PRIMARY.items():
-        assert [c.measure for c in catalogue if c.key == key].count(measure) == 1, key
-        assert regime in ("natural", "mismatch", "benchmark", claims.SEC3)
+    for key, entry in CLAIMS.items():
+        assert [c.measure for c in catalogue if c.key == key].count(entry.primary_measure) == 1, key
+        assert entry.regime in READ_IN
     # the plug-in and collapse claims are judged on the paper's own Countdown outcome, the training reward
-    assert {claims.PRIMARY[k][0] for k in ("rs-grpo", "rs-gspo", "rs-gmpo")} == {"reward"}
-    assert claims.PRIMARY["grpo-collapses"][0] == "reward_drop"
-    assert claims.primary_regime("gamma-falls", ["natural"]) == "natural"
-    assert claims.primary_regime("gamma-falls", ["natural", claims.SEC3]) == claims.SEC3
+    assert {CLAIMS[k].primary_measure for k in ("rs-grpo", "rs-gspo", "rs-gmpo")} == {"reward"}
+    assert CLAIMS["grpo-collapses"].primary_measure == "reward_drop"
     assert claims.effect_text(catalogue[0]) == "train reward best-to-final drop (pts): grpo - gmpo"
+    assert claims.effect_text(catalogue[1]) == "held-out acc. (pts): gmpo - grpo"  # the control first on acc.
+    assert next(c for c in catalogue if c.key == "nosg").margin == 7.5  # 5% of the run's 150 steps
+
+
+def test_a_claim_names_a_regime_a_preset_can_declare_and_a_known_gate_and_measure():
+    """No silent fallback: a claim read in a regime no preset can declare (the old "drift") is refused
+    when it is registered, as is an unknown gate or measure; a new claim is one entry."""
+    from rspo.report.claim_registry import CLAIMS, ClaimEntry, claim_rows, register_claim
+    from rspo.study_config import REGIMES
+
+    assert "drift" not in REGIMES
+    with pytest.raises(ValueError, match="regime 'drift' is not one of"):
+        ClaimEntry("x", "x", "x", ("gmpo", "grpo"), ("reward",), "drift")
+    with pytest.raises(ValueError, match="gate 'p9' is not one of"):
+        ClaimEntry("x", "x", "x", ("gmpo", "grpo"), ("reward",), "natural", gate="p9")
+    with pytest.raises(ValueError, match="measures"):
+        ClaimEntry("x", "x", "x", ("gmpo", "grpo"), ("speed",), "natural")
+    with pytest.raises(ValueError, match="already registered"):
+        register_claim(ClaimEntry("nosg", "x", "x", ("gmpo", "grpo"), ("reward",), "natural"))
+    entry = register_claim(
+        ClaimEntry("new-claim", "A new claim", "Sec. 9", ("gmpo-{rs}", "gmpo"), ("reward",), "natural")
+    )
+    try:
+        rows = [c for c in claim_rows(0.5, 100) if c.key == "new-claim"]
+        assert [(c.treatment, c.control, c.margin) for c in rows] == [("gmpo-rs0.5", "gmpo", 1.0)]
+    finally:
+        del CLAIMS[entry.name]
 
 
 def _metrics_file(path, rows):

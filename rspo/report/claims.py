@@ -25,29 +25,12 @@ from pathlib import Path
 
 from rspo.grid import REGIMES
 from rspo.report import measures as m
+from rspo.report.claim_registry import CLAIMS, claim_rows, primary_family
 from rspo.report.inference import Estimate, interval, pooled_sd
 from rspo.report.regime_search import guard
 from rspo.report.rule import NOT_TESTABLE, RULE, Claim, Row, apply_holm, judge, paired_rows
 from rspo.run_record import late_window
 
-SEC3 = "drift"
-"""The regime built to test Sec. 3 (router drift that GRPO cannot survive but GMPO and a frozen
-router can: configs/sweeps/small.yaml, round 3); where a preset lacks it, Sec. 3 claims are judged
-in the natural regime."""
-VOL_MARGIN = round(math.log2(1.25), 2)  # a 25 % change of a signal's volatility
-MARGINS = {
-    "reward": 1.0,
-    "reward_drop": 2.0,
-    "acc": 2.0,
-    "gamma_fall": 0.01,
-    "gclip_rise": 0.5,
-    "kl_vol_growth": VOL_MARGIN,
-    "clip_vol_growth": VOL_MARGIN,
-    "kl_vol": VOL_MARGIN,
-    "agreement": 1.0,
-    "mismatch_kl": VOL_MARGIN,
-    "throughput": 0.0,
-}
 UNITS = {
     "reward": "train reward, last third (pts)",
     "reward_drop": "train reward best-to-final drop (pts)",
@@ -71,217 +54,6 @@ def effect_text(claim: Claim) -> str:
         return f"{unit}: {claim.treatment}"
     a, b = (claim.treatment, claim.control) if claim.sign > 0 else (claim.control, claim.treatment)
     return f"{unit}: {a} - {b}"
-
-
-# claim key -> (measure, regime) of its one primary row: the pre-registered family (written on
-# 2026-11-27, after the shipped 3-seed runs were packed: for those a re-analysis; fixed before any
-# run since). The plug-in claims are the natural regime's (the paper's setting shrunk, where its seeds
-# were sized); collapse and the Sec. 3.3 mechanism are SEC3's, where a preset has that regime (else
-# natural); the tools beyond the paper are the mismatch regime's; throughput is the benchmark's. The
-# family is the whole list, whichever rows a table builds (a missing or not-testable row counts with
-# p = 1). R3's routing agreement is a check (true by construction: R3 replays the engine's routing),
-# outside the family.
-PRIMARY: dict[str, tuple[str, str]] = {
-    "grpo-collapses": ("reward_drop", SEC3),
-    "gamma-falls": ("gamma_fall", SEC3),
-    "gclip-rises": ("gclip_rise", SEC3),
-    "kl-volatile": ("kl_vol_growth", SEC3),
-    "clip-volatile": ("clip_vol_growth", SEC3),
-    "rs-kl-vol": ("kl_vol", SEC3),
-    "rspo-kl-vol": ("kl_vol", SEC3),
-    "rs-grpo": ("reward", "natural"),
-    "rs-gspo": ("reward", "natural"),
-    "rs-gmpo": ("reward", "natural"),
-    "gmin-0.5": ("reward", "natural"),
-    "gmin-0.8": ("reward", "natural"),
-    "nosg": ("steps", "natural"),
-    "freeze": ("reward", "natural"),
-    "logit-replay": ("reward", "natural"),
-    "index-replay": ("reward", "natural"),
-    "throughput": ("throughput", "benchmark"),
-    "r3-kl": ("mismatch_kl", "mismatch"),
-    "r3-acc": ("reward", "mismatch"),
-    "tis-acc": ("reward", "mismatch"),
-    "rs-tis-acc": ("reward", "mismatch"),
-}
-
-
-def primary_regime(key: str, regimes: list[str]) -> str:
-    regime = PRIMARY[key][1]
-    return "natural" if regime == SEC3 and SEC3 not in regimes else regime
-
-
-# ---------------------------------------------------------------------------- the claims
-
-
-def paper_claims(gamma_min: float, total_steps: int) -> list[Claim]:
-    """The paper's small-scale claims as comparisons of this grid's methods, one Claim per measure."""
-    rs = f"rs{gamma_min:g}"
-    out = [
-        Claim(
-            "grpo-collapses",
-            "GRPO collapses on MoE (falls further from its peak than GMPO)",
-            "Sec. 3.1, Fig. 1",
-            "reward_drop",
-            "grpo",
-            "gmpo",
-            MARGINS["reward_drop"],
-        ),
-        Claim(
-            "grpo-collapses",
-            "GRPO collapses on MoE (ends below GMPO)",
-            "Sec. 3.1, Fig. 1",
-            "acc",
-            "gmpo",
-            "grpo",
-            MARGINS["acc"],
-        ),
-    ]
-    trends = [
-        (
-            "gamma-falls",
-            "Under GRPO the router-shift ratio γ falls over training",
-            "Sec. 3.3, Fig. 6 (top)",
-            "gamma_fall",
-        ),
-        (
-            "gclip-rises",
-            "Under GRPO the router-shift clip fraction rises over training",
-            "Sec. 3.3, Fig. 6 (top)",
-            "gclip_rise",
-        ),
-        (
-            "kl-volatile",
-            "Under GRPO ppo_kl grows more volatile as drift accumulates",
-            "Sec. 3.3, Fig. 6 (bottom)",
-            "kl_vol_growth",
-        ),
-        (
-            "clip-volatile",
-            "Under GRPO pg_clipfrac grows more volatile (bursty clipping)",
-            "Sec. 3.3, Fig. 6 (bottom)",
-            "clip_vol_growth",
-        ),
-    ]
-    out += [
-        Claim(k, text, paper, meas, "grpo", "", MARGINS[meas], precondition="drift") for k, text, paper, meas in trends
-    ]
-    out += [
-        Claim(
-            "rs-kl-vol",
-            "RS lowers the volatility of ppo_kl (GRPO+RS vs GRPO)",
-            "Sec. 5, Mechanism diagnostics, Fig. 6",
-            "kl_vol",
-            "grpo",
-            f"grpo-{rs}",
-            MARGINS["kl_vol"],
-            precondition="drift",
-            rs=True,
-        ),
-        Claim(
-            "rspo-kl-vol",
-            "RSPO's ppo_kl is less volatile than GRPO's (Fig. 6's pair)",
-            "Sec. 5, Mechanism diagnostics, Fig. 6",
-            "kl_vol",
-            "grpo",
-            f"gmpo-{rs}",
-            MARGINS["kl_vol"],
-            precondition="drift",
-        ),
-    ]
-    pairs = [
-        ("rs-grpo", "RS stabilises GRPO as a plug-in", "Sec. 5.3, Fig. 4", f"grpo-{rs}", "grpo", "stabilises"),
-        ("rs-gspo", "RS stabilises GSPO as a plug-in", "Sec. 5.3, Fig. 4", f"gspo-{rs}", "gspo", "stabilises"),
-        (
-            "rs-gmpo",
-            "RS stabilises GMPO as a plug-in (RSPO vs GMPO)",
-            "Sec. 5.3, Fig. 4",
-            f"gmpo-{rs}",
-            "gmpo",
-            "stabilises",
-        ),
-        ("gmin-0.5", "γmin = 0.2 is worse than 0.5", "Sec. 5.4, Fig. 3", "gmpo-rs0.5", "gmpo-rs0.2", ""),
-        ("gmin-0.8", "γmin = 0.2 is worse than 0.8", "Sec. 5.4, Fig. 3", "gmpo-rs0.8", "gmpo-rs0.2", ""),
-        ("freeze", "Router freeze is worse than RS", "App. D, Fig. 8", f"gmpo-{rs}", "gmpo-freeze", ""),
-        ("logit-replay", "Logit replay is worse than RS", "App. D, Fig. 8", f"gmpo-{rs}", "gmpo-logitreplay", ""),
-        ("index-replay", "Index replay is worse than RS", "App. D, Fig. 8", f"gmpo-{rs}", "gmpo-indexreplay", ""),
-    ]
-    rs_claims = {"rs-grpo", "rs-gspo", "rs-gmpo", "gmin-0.5", "gmin-0.8"}  # what RS's weight changes
-    for key, text, paper, treatment, control, pre in pairs:
-        for meas in ("reward", "acc"):
-            rs_claim = key in rs_claims
-            out.append(Claim(key, text, paper, meas, treatment, control, MARGINS[meas], precondition=pre, rs=rs_claim))
-    out += [
-        Claim(
-            "nosg",
-            "Backpropagating through γ collapses early",
-            "App. B, Fig. 5",
-            "steps",
-            f"gmpo-{rs}",
-            f"gmpo-{rs}-nosg",
-            round(0.05 * total_steps, 1),
-            # not an RS-weight row: without stop-gradient the loss carries the router gradient of
-            # |log r_new - log r_old| through gamma, which does not vanish as gamma -> 1, so the arm acts
-            # even where RS's weight is ~1 (the RS-inactive precondition does not apply; docs/verdicts.md)
-            rs=False,
-        ),
-        Claim(
-            "throughput",
-            "RS costs little throughput (RSPO keeps >= 75% of GMPO's update throughput)",
-            "Sec. 5.5",
-            "throughput",
-            "",
-            "",
-            MARGINS["throughput"],
-            threshold=0.75,
-        ),
-    ]
-    return out
-
-
-def mismatch_claims(gamma_min: float) -> list[Claim]:
-    """Beyond the paper: what the train-inference mismatch tools are for (docs/mismatch.md), as
-    comparisons of a regime's routing family with rows ``none``, ``rollout_replay``, ``tis`` and
-    ``rs+tis``."""
-    rs = f"rs{gamma_min:g}"
-    r3 = "beyond the paper: R3 (rollout routing replay; verl, slime)"
-    tis = "beyond the paper: TIS (Yao et al. 2025; verl, TRL)"
-    out = [
-        Claim(
-            "r3-agreement",
-            "R3 makes the trainer route as the engine did",
-            r3,
-            "agreement",
-            "gmpo-rolloutreplay",
-            "gmpo",
-            MARGINS["agreement"],
-            check=True,
-        ),
-        Claim(
-            "r3-kl",
-            "R3 lowers the engine-trainer KL",
-            r3,
-            "mismatch_kl",
-            "gmpo-rolloutreplay",
-            "gmpo",
-            MARGINS["mismatch_kl"],
-            sign=-1,
-        ),
-    ]
-    for key, text, paper, treatment, control in (
-        ("r3-acc", "R3 improves GMPO", r3, "gmpo-rolloutreplay", "gmpo"),
-        ("tis-acc", "TIS improves GMPO", tis, "gmpo-tis", "gmpo"),
-        (
-            "rs-tis-acc",
-            "RS adds to TIS (RSPO+TIS vs GMPO+TIS)",
-            "beyond the paper: RS with TIS",
-            f"gmpo-{rs}-tis",
-            "gmpo-tis",
-        ),
-    ):
-        for meas in ("reward", "acc"):
-            out.append(Claim(key, text, paper, meas, treatment, control, MARGINS[meas], rs=key == "rs-tis-acc"))
-    return out
 
 
 REPAIRS = ("r3-acc", "tis-acc")
@@ -427,7 +199,7 @@ def collect(
     absent = frozenset(missing or ())
     rows: list[Row] = []
     for regime, prefix, steps in regimes:
-        claims = paper_claims(plan.default_gamma, steps) + mismatch_claims(plan.default_gamma)
+        claims = claim_rows(plan.default_gamma, steps)
         rows += regime_rows(RegimeRuns(plan, prefix, Path(eval_dir), Path(runs_dir), absent), regime, claims)
     if bench_file is not None:
         data = json.loads(Path(bench_file).read_text())
@@ -436,22 +208,21 @@ def collect(
             raise ValueError(
                 f"{bench_file}: rs_throughput_ratio_per_step must be a non-empty list (rerun `python -m rspo bench`)"
             )
-        claim = next(c for c in paper_claims(plan.default_gamma, total) if c.measure == "throughput")
+        claim = next(c for c in claim_rows(plan.default_gamma, total) if c.measure == "throughput")
         rows.append(judge(claim, "benchmark", [float(x) - claim.threshold for x in ratios], 0.0, seeds=False))
     rows = no_harm(rows, mismatch_cost(plan, Path(runs_dir)))
-    names = [r for r, _, _ in regimes]
     records = plan.spec.regime_trials
     if records:  # the regime search's gates (rspo.report.regime_search)
-        rows = guard(rows, records, frozenset(k for k, (_, regime) in PRIMARY.items() if regime == SEC3))
-    family = plan.spec.primary_claims or list(PRIMARY)
-    unknown = [k for k in family if k not in PRIMARY]
+        rows = guard(rows, records)
+    family = plan.spec.primary_claims or primary_family()
+    unknown = [k for k in family if k not in CLAIMS or CLAIMS[k].check]
     if unknown:
-        raise ValueError(f"primary_claims: unknown claim key(s) {unknown}; choose from {sorted(PRIMARY)}")
+        raise ValueError(f"primary_claims: unknown claim key(s) {unknown}; choose from {sorted(primary_family())}")
     primary: dict[str, int | None] = {key: None for key in family}
     for i, r in enumerate(rows):
         key = r.claim.key
-        if key in primary and r.kind == "verdict" and r.claim.measure == PRIMARY[key][0]:
-            if r.regime == primary_regime(key, names):
+        if key in primary and r.kind == "verdict" and r.claim.measure == CLAIMS[key].primary_measure:
+            if r.regime == CLAIMS[key].regime:
                 primary[key] = i
     rows = apply_holm(rows, primary)
     pooled: dict[tuple[str, str], float] = {}

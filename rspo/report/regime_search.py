@@ -30,11 +30,8 @@ from rspo.regime_gates import (
     search_outcome,
     searched_axes,
 )
+from rspo.report.claim_registry import CLAIMS
 from rspo.report.rule import NOT_REPRODUCED, NOT_TESTABLE, Row
-
-PLUGIN_GATES = {"rs-grpo": "grpo", "rs-gspo": "gspo", "rs-gmpo": "gmpo"}
-"""Claim key -> the algorithm X of its plug-in gate P(X)."""
-
 
 NOT_REPRODUCIBLE = {"grpo-collapses"}
 """Claims whose effect the search measures itself (which of GRPO and GMPO collapses first): where no
@@ -90,16 +87,17 @@ def searches(records: tuple[Path, ...]) -> tuple[dict[str, GateSearch], list[dic
     return found, rows, ", ".join(f"{r.name} in {r.parent.name}" for r in records)
 
 
-def guard(rows: list[Row], records: tuple[Path, ...], sec3_keys: frozenset[str]) -> list[Row]:
+def guard(rows: list[Row], records: tuple[Path, ...]) -> list[Row]:
     """``rows`` with every verdict row of a gate that no trial of ``records`` met made not testable
-    (the module docstring); ``sec3_keys``: the claims the Sec. 3 gate guards."""
+    (the module docstring); a row's gate is its claim's (rspo.report.claim_registry)."""
     search, trials, where = searches(records)
     gone = not_reproduced(trials, where)
     axes = searched_axes(trials)
     out = []
     for r in rows:
-        gate = "sec3" if r.claim.key in sec3_keys else PLUGIN_GATES.get(r.claim.key)
-        if r.kind != "verdict" or gate is None or search[gate].found:
+        entry = CLAIMS.get(r.claim.key)
+        gate = entry.gate if entry else ""
+        if r.kind != "verdict" or not gate or search[gate].found:
             out.append(r)
             continue
         also = f"; in this regime also {r.why}" if r.verdict == NOT_TESTABLE and r.why else ""

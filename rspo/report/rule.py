@@ -27,7 +27,7 @@ them; for any run made since, the rule was fixed before it. In this order:
 4. A row with fewer than ``MIN_SEEDS`` seeds is **provisional** (docs/small_study.md's power
    analysis); a table built from fewer runs than its preset names is **interim**: every row says
    so and none carries a verdict.
-5. One **primary** row per claim, named in ``rspo.report.claims.PRIMARY``: its measure and regime.
+5. One **primary** row per claim, named in its ``rspo.report.claim_registry`` entry: its measure and regime.
    The primary rows are one pre-registered family (all of them, built or not: a primary row that is
    missing or not testable counts with p = 1), Holm-corrected: a primary verdict stands only if the
    p-value of its own test stays below 2.5% after the correction, the test being superiority
