@@ -7,7 +7,8 @@ Runs `python -m rspo train` once per backend (one after the other, --threads eac
 table of the training reward and the held-out greedy score per step for both, and each run's
 rollout tokens/s (the trainer's perf/rollout_tokens_per_s: response tokens of a step's rollout over
 its wall time), weight-sync time and wall time. Needs the vLLM venv (make venv-vllm). The two
-samplers differ (Gumbel-max streams vs vLLM's), so the curves are not expected to be equal."""
+samplers differ (Gumbel-max streams vs vLLM's), so the curves are not expected to be equal.
+``--tables side_by_side.json`` prints the tables of a finished comparison (docs/results/vllm) again."""
 
 from __future__ import annotations
 
@@ -57,49 +58,72 @@ def _rows(out: Path) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--base-model", required=True)
-    ap.add_argument("--data", required=True, help="folder with train.jsonl and val.jsonl")
+    ap.add_argument("--preset")
+    ap.add_argument("--run")
+    ap.add_argument("--base-model")
+    ap.add_argument("--data", help="folder with train.jsonl and val.jsonl")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--val-every", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--reuse", action="store_true", help="keep a backend's finished run from an earlier call")
+    ap.add_argument("--tables", metavar="JSON", help="print the tables of a side_by_side.json this wrote; run nothing")
     args = ap.parse_args(argv)
+    if args.tables:
+        data = json.loads(Path(args.tables).read_text())
+        print(tables(data["metrics"], {b: s["wall_s"] for b, s in data["summary"].items()}), end="")
+        return 0
+    missing = [
+        f"--{k.replace('_', '-')}" for k in ("preset", "run", "base_model", "data", "out") if not getattr(args, k)
+    ]
+    if missing:
+        ap.error(f"a comparison needs {', '.join(missing)} (or --tables JSON)")
     res = {b: run(args, b) for b in ("hf", "vllm")}
-    by_step = {b: {r["step"]: r for r in rows} for b, (rows, _) in res.items()}
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    print("| step | reward hf | reward vllm | val hf | val vllm |")
-    print("|---|---|---|---|---|")
-    for step in sorted(set(by_step["hf"]) | set(by_step["vllm"])):
-        h, v = by_step["hf"].get(step, {}), by_step["vllm"].get(step, {})
-        print(
-            f"| {step} | {fmt(h.get(REWARD))} | {fmt(v.get(REWARD))} | "
-            f"{fmt(h.get(val_score()))} | {fmt(v.get(val_score()))} |"
-        )
-    print()
-    print("| backend | mean reward | rollout tokens/s (median) | rollout s/step (median) | sync s (median) | wall s |")
-    print("|---|---|---|---|---|---|")
-    summary = {}
-    for b, (rows, wall) in res.items():
+    metrics = {b: rows for b, (rows, _) in res.items()}
+    print(tables(metrics, {b: wall for b, (_, wall) in res.items()}), end="")
+    Path(args.out, "side_by_side.json").write_text(
+        json.dumps({"summary": summaries(metrics, {b: w for b, (_, w) in res.items()}), "metrics": metrics}, indent=1)
+    )
+    return 0
+
+
+def summaries(metrics: dict[str, list[dict]], walls: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per backend: mean training reward, median rollout tokens/s, rollout and weight-sync s per step, wall s."""
+    out = {}
+    for b, rows in metrics.items():
         steps = [r for r in rows if REWARD in r]
-        s = {
+        out[b] = {
             "mean_reward": statistics.mean(r[REWARD] for r in steps),
             "rollout_tokens_per_s": statistics.median(r["perf/rollout_tokens_per_s"] for r in steps),
             "rollout_s": statistics.median(r["perf/rollout_s"] for r in steps),
             "sync_s": statistics.median(r["perf/sync_s"] for r in steps),
-            "wall_s": wall,
+            "wall_s": walls[b],
         }
-        summary[b] = s
-        print(
-            f"| {b} | {s['mean_reward']:.3f} | {s['rollout_tokens_per_s']:.0f} | {s['rollout_s']:.2f} | "
-            f"{s['sync_s']:.4f} | {wall:.0f} |"
+    return out
+
+
+def tables(metrics: dict[str, list[dict]], walls: dict[str, float]) -> str:
+    """The per-step table (training reward, held-out score per backend) and the per-backend summary."""
+    by_step = {b: {r["step"]: r for r in rows} for b, rows in metrics.items()}
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = ["| step | reward hf | reward vllm | val hf | val vllm |", "|---|---|---|---|---|"]
+    for step in sorted(set(by_step["hf"]) | set(by_step["vllm"])):
+        h, v = by_step["hf"].get(step, {}), by_step["vllm"].get(step, {})
+        lines.append(
+            f"| {step} | {fmt(h.get(REWARD))} | {fmt(v.get(REWARD))} | "
+            f"{fmt(h.get(val_score()))} | {fmt(v.get(val_score()))} |"
         )
-    Path(args.out, "side_by_side.json").write_text(
-        json.dumps({"summary": summary, "metrics": {b: rows for b, (rows, _) in res.items()}}, indent=1)
-    )
-    return 0
+    lines += [
+        "",
+        "| backend | mean reward | rollout tokens/s (median) | rollout s/step (median) | sync s (median) | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b, s in summaries(metrics, walls).items():
+        lines.append(
+            f"| {b} | {s['mean_reward']:.3f} | {s['rollout_tokens_per_s']:.0f} | {s['rollout_s']:.2f} | "
+            f"{s['sync_s']:.4f} | {s['wall_s']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
