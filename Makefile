@@ -56,7 +56,7 @@ CPU_TORCH = --find-links $(TORCH_FIND_LINKS)
 TRANSFORMERS_TESTS := tests/test_rollout.py tests/test_router.py tests/test_forward.py tests/test_layers.py \
 	tests/test_train.py tests/test_pretrain.py tests/test_tokenizer.py tests/test_chat.py tests/test_evaluate_cli.py
 
-.PHONY: venv venv-vllm venv-gpu lock torch-find-links sandbox test test-fast test-vllm test-race main main-full base piece figures figure smoke bench lint mlflow-ui readme-tables clean-venv
+.PHONY: venv venv-vllm venv-gpu lock torch-find-links sandbox test test-fast test-vllm test-race main main-full base piece trials figures figure smoke bench lint mlflow-ui readme-tables clean-venv
 
 venv: $(STAMP)
 
@@ -158,6 +158,15 @@ piece: venv sandbox
 	$(BIN)/python -m rspo archive pack --preset $(PRESET) --seeds $(subst $(comma), ,$(SEEDS)) \
 		--results results/$(PRESET) --out $(PIECE)
 	mkdir -p $(PIECE)/tables && cp results/$(PRESET)/tables/* $(PIECE)/tables/
+
+# The regime search's trials (rspo/sweep.py): `make trials TRIALS=configs/sweeps/small-round5.yaml` plans
+# and runs the file's bases, runs, trial lines and record under its work: folder (trials.jsonl, trials.md,
+# steps.tar.xz); TRIAL_ONLY=a,b runs one piece. Finished runs are kept, so a killed search resumes.
+TRIALS ?=
+TRIAL_ONLY ?=
+trials: venv
+	@test -n "$(TRIALS)" || { echo "make trials: say which sweep file, e.g. make trials TRIALS=configs/sweeps/small-round5.yaml"; exit 2; }
+	$(BIN)/snakemake --cores $(CORES) --config preset=$(PRESET) trials=$(TRIALS) $(if $(TRIAL_ONLY),trial_only=$(TRIAL_ONLY)) -- trials
 
 # the whole grid of a preset that names default_families (reuses what `make main` trained)
 main-full: venv sandbox

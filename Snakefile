@@ -49,6 +49,12 @@ else:
 include: "workflow/rules/report.smk"
 
 
+# `--config trials=FILE`: the regime search's trials as jobs (target `trials`, rspo/sweep.py).
+if config.get("trials"):
+
+    include: "workflow/rules/trials.smk"
+
+
 report: "workflow/report/workflow.rst"
 
 

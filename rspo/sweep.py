@@ -1,14 +1,25 @@
-"""`python -m rspo sweep`: run the trials that choose a study's regime and write the trial table.
+"""The regime search's trials as steps of the workflow (workflow/rules/trials.smk plans them).
 
 A sweep file (YAML) names a preset, pretrained bases (``pretrain:`` overrides of the preset; or a
 base pretrained once and committed: ``{pinned: true}``, the preset's own pinned base, or
 ``{committed: FOLDER, sha256: HEX}``, so that trials run in pieces on other machines start from the
-same weights) and trials. A trial is one RL setting (``set:`` overrides of the preset's ``rl:``) on one base, run
-for some algorithms and seeds; every run is a plain ``python -m rspo train`` with periodic
-greedy validation on the held-out ``val`` split, so a trial measures exactly what the study's
-runs measure. Bases are pretrained once (``python -m rspo pretrain``) and reused by key.
+same weights) and trials. A trial is one RL setting (``set:`` overrides of the preset's ``rl:``) on
+one base, run for some methods (``<algo>[+rs][+<routing mode>]``) and seeds; every run is a plain
+``python -m rspo train`` with periodic greedy validation on the held-out ``val`` split, so a trial
+measures exactly what the study's runs measure.
 
-    python -m rspo sweep configs/sweeps/small.yaml --jobs 2 --threads 1
+    make trials TRIALS=configs/sweeps/small-round5.yaml      # = snakemake trials --config trials=...
+    make trials TRIALS=... TRIAL_ONLY=r5b-ramp-x150          # one piece: only these trials
+
+Snakemake plans one job per base (``ensure_base``: pretrained on the preset's data and tokenizer, or
+a committed base installed with its digest checked), per run (``train_run``), per trial
+(``trial_row``: its line of the record, once all its runs finished) and one for the record
+(``write_record``); a finished run or line is not redone, so a killed search resumes, and under
+``--profile`` each run is a SLURM job. Everything lives under the file's ``work:`` folder:
+``bases/``, ``runs/<trial>-<key>/<method>-s<seed>/`` (a run folder, beside it ``sweep_run.json``:
+UTC start and end, commit, machine, wall), ``trials/<trial>.json``, ``trials.jsonl``, ``trials.md``
+and ``steps.tar.xz`` (every run's metrics.jsonl and final.json, reproducibly packed, so a committed
+record's gates can be recomputed from the steps).
 
 For each trial the table records: the setting, the base model's held-out greedy accuracy (the
 step-0 validation, the same for every run of the base), the GMPO gain (final minus base,
@@ -17,19 +28,15 @@ gamma and the largest per-step share of tokens under gamma_min = 0.8 in GRPO run
 pg_clipfrac, collapses, the RLVR diagnostics of the runs (rspo.train.group_stats: the share of
 groups with zero reward variance and its split into all correct / all wrong, distinct responses
 per group, token entropy; means over the first and the last ``WINDOW`` steps), the mean step time,
-the trial's wall time, the machine it ran on, its UTC start and end and the commit it ran from (each
-run's own UTC start and end too). It appends one JSON line per trial to
-``<work>/trials.jsonl`` (a trial already there with the same setting is not rerun: reruns
-resume) and rewrites the Markdown file ``--table`` (the bases, then one row per trial). Runs whose
-folder holds a finished run are read, not retrained. ``--steps FILE`` packs every run's per-step
-metrics (metrics.jsonl) and final.json into one reproducible tar.xz (sorted members, no times or
-owners), so that a committed record's gates can be recomputed from the steps. Every run is read
-through rspo.run_record; its ``reward_first`` and ``reward_last`` are the study's first reward (first
-10 steps) and late reward (last third). Records written before 2026-12-06 (rounds 3-5) hold the
-means of the first 5 and last 5 steps under those keys; no gate or table reads them.
+the trial's wall time (its runs' span), the machines and commits it ran on, its UTC start and end
+(each run's own too). Every run is read through rspo.run_record; its ``reward_first`` and
+``reward_last`` are the study's first reward (first 10 steps) and late reward (last third). Records
+written before 2026-12-06 (rounds 3-5, by the thread-pool executor this replaced) hold the means of
+the first 5 and last 5 steps under those keys, the executor's ``jobs`` and ``threads``, and the
+trial's wall time as the executor measured it; no gate or table reads the first two.
 
-The selection criteria are not computed here: they are written in the preset's comments and
-the README, and applied by reading the table.
+The selection criteria are not computed here: they are written in the sweep file before its runs
+and applied by the gates (rspo.regime_gates).
 """
 
 from __future__ import annotations
@@ -41,14 +48,12 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rspo import base_pin
-from rspo.jsonl import iter_jsonl
 from rspo.preset import Preset
 from rspo.regime_gates import WINDOW, collapse_at, gate_measures, router_lr_change, trial_folder
 from rspo.report.trials import drift_gate_table, gate_table, table
@@ -146,43 +151,65 @@ def _run(cmd: list[str], log: Path, threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def ensure_data(spec: dict[str, Any], work: Path) -> Path:
-    data = work / "data"
-    if not (data / "meta.json").is_file():
-        _run(rspo_argv("generate", preset=spec["preset"], out=data, workers=2), work / "logs" / "data.log", 2)
-    return data
+def base_folder(spec: dict[str, Any], name: str) -> Path:
+    """Where base ``name`` is pretrained or installed: ``<work>/bases/<name>-<key of its overrides>``."""
+    return Path(spec["work"]) / "bases" / f"{name}-{_key(spec['bases'][name] or {})}"
 
 
-def ensure_base(spec: dict[str, Any], name: str, work: Path, data: Path, threads: int) -> tuple[Path, float]:
-    """Pretrain base ``name`` once (cached by its overrides), or install a base pretrained once and
-    committed: the preset's pinned base for ``{pinned: true}``, a folder for ``{committed: FOLDER,
-    sha256: HEX, <its pretrain overrides, for the record>}`` (digest checked: rspo.base_pin);
-    -> (checkpoint, wall seconds or 0)."""
-    over = spec["bases"][name] or {}
-    out = work / "bases" / f"{name}-{_key(over)}"
+def trial_of(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [t for t in spec["trials"] if t["name"] == name]
+    if len(found) != 1:
+        raise SweepError(f"{len(found)} trials named {name!r} in the sweep file, expected one")
+    return found[0]
+
+
+def run_folder(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int) -> Path:
+    """``<work>/runs/<trial>-<key of its base, steps and setting>/<method>-s<seed>``."""
+    tkey = _key({"base": spec["bases"][trial["base"]], "set": trial.get("set", []), "steps": trial["steps"]})
+    return Path(spec["work"]) / "runs" / f"{trial['name']}-{tkey}" / f"{algo}-s{seed}"
+
+
+def trial_runs(trial: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
+
+
+def ensure_base(spec: dict[str, Any], name: str, data: Path, tokenizer: Path, threads: int) -> Path:
+    """Pretrain base ``name`` once (its pretrain overrides of the preset, on ``data`` with ``tokenizer``),
+    or install a base pretrained once and committed: the preset's pinned base for ``{pinned: true}``, a
+    folder for ``{committed: FOLDER, sha256: HEX, <its pretrain overrides, for the record>}`` (digest
+    checked: rspo.base_pin); -> its folder (``base_folder``)."""
+    out = base_folder(spec, name)
+    if (out / "pretrain.json").is_file():
+        return out
     committed = _committed(spec, name)
     if committed is not None:  # pretrained once and committed, so that later pieces start from it
-        if not (out / "pretrain.json").is_file():
-            source, sha256, key = committed
-            base_pin.copy_checked(source, sha256, out, key)
-        return out, 0.0
-    tok = work / "tokenizer"
-    if not (tok / "tokenizer.json").is_file():
-        _run(rspo_argv("tokenizer", out=tok), work / "logs" / "tokenizer.log", 1)
-    if (out / "pretrain.json").is_file():
-        return out, 0.0
+        source, sha256, key = committed
+        base_pin.copy_checked(source, sha256, out, key)
+        return out
+    over = spec["bases"][name] or {}
     sets = [f"{k}={json.dumps(v)}" for k, v in over.items()]
     cmd = rspo_argv(
-        "pretrain", preset=spec["preset"], data=data, tokenizer=tok, out=out, threads=threads, no_mlflow=True, sets=sets
+        "pretrain",
+        preset=spec["preset"],
+        data=data,
+        tokenizer=tokenizer,
+        out=out,
+        threads=threads,
+        no_mlflow=True,
+        sets=sets,
     )
-    return out, _run(cmd, work / "logs" / f"pretrain-{name}.log", threads)
+    _run(cmd, out.parent / f"{out.name}.log", threads)
+    return out
 
 
-def run_one(
-    spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, base: Path, data: Path, work: Path, threads: int
-) -> dict[str, Any]:
-    tkey = _key({"base": spec["bases"][trial["base"]], "set": trial.get("set", []), "steps": trial["steps"]})
-    out = work / "runs" / f"{trial['name']}-{tkey}" / f"{algo}-s{seed}"
+def train_run(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, data: Path, threads: int) -> Path:
+    """Train one run of a trial (``python -m rspo train`` with the trial's overrides, validated every
+    ``val_every`` steps on the first ``val_size`` problems of ``data``/val.jsonl) unless its folder holds
+    a finished run; stamp when and where it ran (UTC start and end, commit, machine) beside it."""
+    base = base_folder(spec, trial["base"])
+    if not (base / "pretrain.json").is_file():
+        raise SweepError(f"base {trial['base']!r} is not there ({base}): build it first (rspo sweep base)")
+    out = run_folder(spec, trial, algo, seed)
     sets = [
         *method_sets(algo),
         f"seed={seed}",
@@ -191,8 +218,6 @@ def run_one(
         f"schedule.val_size={spec.get('val_size', 200)}",
         "schedule.ckpt_every=0",
     ] + list(trial.get("set", []))
-    wall = 0.0
-    stamp = out / "sweep_run.json"  # when this sweep trained the run (UTC), kept beside it
     if not (out / "final.json").is_file():
         started = utc_now()
         cmd = rspo_argv(
@@ -208,8 +233,20 @@ def run_one(
             sets=sets,
         )
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
-        stamp.write_text(json.dumps({"started_utc": started, "ended_utc": utc_now(), "commit": commit()}))
-    when = json.loads(stamp.read_text()) if stamp.is_file() else {}
+        stamp = {"started_utc": started, "ended_utc": utc_now(), "commit": commit(), "machine": machine()}
+        (out / STAMP).write_text(json.dumps({**stamp, "wall_s": wall}))
+    return out
+
+
+STAMP = "sweep_run.json"
+"""Beside a trial's run: when it trained (UTC start and end), from which commit, on which machine, its wall."""
+
+
+def run_summary(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int) -> dict[str, Any]:
+    """What the trial table and the gates read of one finished run (rspo.run_record)."""
+    out = run_folder(spec, trial, algo, seed)
+    when = json.loads((out / STAMP).read_text()) if (out / STAMP).is_file() else {}
+    wall = when.get("wall_s")
     record = RunRecord.open(out)
     val = list(record.steps.at(val_score()).items())
     train = [{"step": step, **row} for step, row in record.steps.rows.items() if REWARD in row]
@@ -220,6 +257,8 @@ def run_one(
         "started_utc": when.get("started_utc"),
         "ended_utc": when.get("ended_utc"),
         "wall_s": wall or sum(r.get(STEP_S, 0.0) for r in train),
+        "machine": when.get("machine"),
+        "commit": when.get("commit"),
         "val": val,
         "base_acc": val[0][1],
         "final_acc": val[-1][1],
@@ -430,59 +469,57 @@ def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], t
     path.write_text(text)
 
 
-def run_sweep(
-    path: str,
-    *,
-    jobs: int = 1,
-    threads: int = 2,
-    table_path: str | None = None,
-    only: list[str] | None = None,
-    pretrain_threads: int = 0,
-    steps_path: str | None = None,
-) -> list[dict[str, Any]]:
-    spec = load_sweep(path)
+def _utc(text: str) -> float:
+    import calendar
+
+    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _joined(values: list[Any]) -> str | None:
+    kept = sorted({str(v) for v in values if v})
+    return "; ".join(kept) if kept else None
+
+
+def trial_row(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """One trial's line of the record, from its finished runs' folders: the table's summaries, each
+    run's measures, the span of its runs (first UTC start to last UTC end, the trial's wall), the
+    commits and machines they ran from, and the pretraining of its base where the sweep pretrained it
+    (counted once: for the first trial of the file on that base)."""
+    trial = trial_of(spec, name)
+    runs = [run_summary(spec, trial, algo, seed) for algo, seed in trial_runs(trial)]
+    first_on_base = next(t for t in spec["trials"] if t["base"] == trial["base"]) is trial
+    summary = base_folder(spec, trial["base"]) / "pretrain.json"
+    base_wall = 0.0
+    if first_on_base and _committed(spec, trial["base"]) is None and summary.is_file():
+        base_wall = float(json.loads(summary.read_text()).get("wall_time_s", 0.0))
+    starts = [r["started_utc"] for r in runs if r["started_utc"]]
+    ends = [r["ended_utc"] for r in runs if r["ended_utc"]]
+    span = _utc(max(ends)) - _utc(min(starts)) if starts and ends else sum(r["wall_s"] for r in runs)
+    row = summarise(trial, runs, base_wall, span)
+    row["runs_spec"] = trial["runs"]
+    row["machine"] = _joined([r["machine"] for r in runs]) or machine()
+    row["started_utc"], row["ended_utc"] = (min(starts) if starts else None), (max(ends) if ends else None)
+    row["commit"] = _joined([r["commit"] for r in runs])
+    return row
+
+
+def row_path(spec: dict[str, Any], name: str) -> Path:
+    return Path(spec["work"]) / "trials" / f"{name}.json"
+
+
+def write_record(spec: dict[str, Any], table_path: str | Path, steps_path: str | Path | None = None) -> Path:
+    """The record of the sweep: every trial whose line has been written (``row_path``), in the file's
+    order, as JSON lines in ``<work>/trials.jsonl``; the Markdown tables at ``table_path``; the runs'
+    per-step metrics packed at ``steps_path``. -> the JSON lines' path."""
     work = Path(spec["work"])
-    work.mkdir(parents=True, exist_ok=True)
-    done_path = work / "trials.jsonl"
-    done = [obj for _, obj in iter_jsonl(done_path)] if done_path.is_file() else []
-    data = ensure_data(spec, work)
-    for trial in spec["trials"]:
-        if only and trial["name"] not in only:
-            continue
-        ident = {k: trial.get(k) for k in ("name", "base", "steps", "set", "runs")}
-        if any(
-            {k: d.get(k) for k in ("name", "base", "steps", "set")}
-            == {k: ident[k] for k in ("name", "base", "steps", "set")}
-            and d.get("runs_spec") == trial["runs"]
-            for d in done
-        ):
-            continue
-        base, base_wall = ensure_base(spec, trial["base"], work, data, pretrain_threads or max(threads, jobs * threads))
-        t0, started = time.perf_counter(), utc_now()
-        todo = [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            # the pool is joined within this iteration, so the lambda sees this iteration's trial and base
-            runs = list(pool.map(lambda a: run_one(spec, trial, a[0], a[1], base, data, work, threads), todo))  # noqa: B023
-        row = summarise(trial, runs, base_wall, time.perf_counter() - t0)
-        row["runs_spec"] = trial["runs"]
-        row["jobs"], row["threads"] = jobs, threads
-        row["machine"] = machine()
-        row["started_utc"], row["ended_utc"], row["commit"] = started, utc_now(), commit()
-        done.append(row)
-        with open(done_path, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-        print(
-            json.dumps(
-                {k: row[k] for k in ("name", "base_acc", "wall_s")} | {a: row[a] for a in trial["runs"] if a in row}
-            ),
-            flush=True,
-        )
-        if table_path:
-            write_tables(spec, work, done, table_path)
-        if steps_path:
-            pack_steps(work, steps_path)
-    if table_path:
-        write_tables(spec, work, done, table_path)
+    rows = [
+        json.loads(row_path(spec, t["name"]).read_text()) for t in spec["trials"] if row_path(spec, t["name"]).is_file()
+    ]
+    if not rows:
+        raise SweepError(f"{work}: no trial has finished (no {work / 'trials'}/<trial>.json)")
+    record = work / "trials.jsonl"
+    record.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_tables(spec, work, rows, str(table_path))
     if steps_path:
         pack_steps(work, steps_path)
-    return done
+    return record

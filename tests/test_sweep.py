@@ -1,6 +1,6 @@
-"""rspo.sweep (and the tables of rspo.report.trials): a tiny sweep end to end through the real
-commands (data, pretraining, two RL runs), the trial table, resumption (a finished trial is not rerun)
-and malformed sweep files."""
+"""rspo.sweep and workflow/rules/trials.smk (and the tables of rspo.report.trials): a tiny search end to
+end through Snakemake and the real commands (data, pretraining, two RL runs), the trial and gate
+tables, resumption (nothing finished is redone) and malformed sweep files."""
 
 import json
 import tarfile
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_workflow import job_counts, make_workspace, snakemake
 
 from rspo import sweep
 from rspo.base_pin import weights_sha256
 from rspo.report.trials import gate_table, table
-from rspo.sweep import SweepError, load_sweep, method_sets, run_sweep
+from rspo.sweep import SweepError, load_sweep, method_sets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,16 +25,7 @@ def write_sweep(tmp_path: Path, **extra) -> Path:
         "val_every": 1,
         "val_size": 4,
         "bases": {"tiny": {"examples": 256}},
-        "trials": [
-            {
-                "name": "t1",
-                "base": "tiny",
-                "steps": 2,
-                # the router-lr schedule of round 5's learn-then-drift trials: x1 for step 1, x30 from step 2
-                "set": ["optim.lr=1e-3", "optim.router_lr_mult_final=30", "optim.router_lr_change=[1, 1]"],
-                "runs": {"gmpo": [0], "grpo": [0]},
-            }
-        ],
+        "trials": [T1],
     }
     spec.update(extra)
     path = tmp_path / "sweep.yaml"
@@ -41,18 +33,53 @@ def write_sweep(tmp_path: Path, **extra) -> Path:
     return path
 
 
+T1 = {
+    "name": "t1",
+    "base": "tiny",
+    "steps": 2,
+    # the router-lr schedule of round 5's learn-then-drift trials: x1 for step 1, x30 from step 2
+    "set": ["optim.lr=1e-3", "optim.router_lr_mult_final=30", "optim.router_lr_change=[1, 1]"],
+    "runs": {"gmpo": [0], "grpo": [0]},
+}
+
+
+def _trials(ws: Path, sweep_file: str, *more: str):
+    r = snakemake(
+        ws, "--cores", "2", "--config", "preset=smoke", f"trials={sweep_file}", *more, "--", "trials", timeout=900
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return r
+
+
 @pytest.mark.slow
-def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
-    path = write_sweep(tmp_path)
-    steps = tmp_path / "steps.tar.xz"
-    rows = run_sweep(str(path), jobs=2, threads=1, table_path=str(tmp_path / "trials.md"), steps_path=str(steps))
+def test_a_tiny_search_runs_through_snakemake_to_its_gate_tables_and_resumes(tmp_path):
+    """The trials of a sweep file planned and run by the workflow (target `trials`): the data, the
+    tokenizer, one base pretrained, two runs, the trial's line and the record (trials.jsonl, the trial
+    and gate tables, the packed steps); run again, nothing is redone; a file with more trials (the
+    pinned base installed, another base, a committed base) runs only what is new."""
+    ws = make_workspace(tmp_path)
+    spec = {"preset": "configs/smoke.yaml", "work": "results/sweeps/tiny", "val_every": 1, "val_size": 4}
+    spec |= {"bases": {"tiny": {"examples": 256}}, "trials": [T1]}
+    (ws / "configs" / "sweeps").mkdir(exist_ok=True)
+    (ws / "configs" / "sweeps" / "tiny.yaml").write_text(yaml.safe_dump(spec))
+    r = _trials(ws, "configs/sweeps/tiny.yaml")
+    counts = job_counts(r.stdout + r.stderr)
+    assert {k: counts.get(k) for k in ("trial_base", "trial_run", "trial_row", "trial_record")} == {
+        "trial_base": 1,
+        "trial_run": 2,
+        "trial_row": 1,
+        "trial_record": 1,
+    }
+    work = ws / "results" / "sweeps" / "tiny"
+    rows = [json.loads(ln) for ln in (work / "trials.jsonl").read_text().splitlines()]
     assert len(rows) == 1
     row = rows[0]
-    # provenance: the trial's and each run's UTC start and end, the commit it ran from
+    # provenance: the trial's and each run's UTC start and end, the commit and the machine it ran on
     assert row["started_utc"] <= row["ended_utc"] and row["ended_utc"].endswith("Z")
-    assert row["commit"] == sweep.commit() and row["commit"] != "unknown"
+    assert row["commit"] == sweep.commit() and row["commit"] != "unknown" and row["machine"] == sweep.machine()
     assert all(r["started_utc"] <= r["ended_utc"] for r in row["runs"])
     # the per-step metrics, packed: each run's metrics.jsonl and final.json, the same bytes when packed again
+    steps = work / "steps.tar.xz"
     with tarfile.open(steps) as tf:
         names = sorted(tf.getnames())
         metrics = {n: tf.extractfile(n).read().decode() for n in names if n.endswith("metrics.jsonl")}
@@ -66,50 +93,63 @@ def test_a_tiny_sweep_writes_the_trial_table_and_resumes(tmp_path):
         train = [json.loads(ln) for ln in text.splitlines() if '"actor/lr"' in ln]
         assert [m["actor/router_lr_mult"] for m in train] == [1.0, 30.0]  # the schedule, step by step
     packed = steps.read_bytes()
-    assert sweep.pack_steps(tmp_path / "work", steps).read_bytes() == packed
+    assert sweep.pack_steps(work, tmp_path / "again.tar.xz").read_bytes() == packed
     assert row["name"] == "t1" and {r["algo"] for r in row["runs"]} == {"gmpo", "grpo"}
     for r in row["runs"]:
         assert [s for s, _ in r["val"]] == [0, 1, 2] and 0 <= r["final_acc"] <= 1
         assert 0 < r["min_gamma"] <= 1 and r["base_acc"] == row["base_acc"]
     assert row["gmpo"]["n"] == 1 and row["grpo"]["min_gamma"] == row["runs"][1]["min_gamma"]
-    md = (tmp_path / "trials.md").read_text()
+    md = (work / "trials.md").read_text()
     setting = "optim.lr=1e-3 optim.router_lr_mult_final=30 optim.router_lr_change=[1, 1]"
     assert table(rows) in md and "Plug-in gate P(X)" not in md and f"| t1 | tiny | {setting} | 2 |" in md
     assert "| t1 | L(gmpo) | – | – | – | – | – | – | not judged: S = 1 needs 20 <= S < the trial's 2 steps |" in md
     assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
-    lines = (tmp_path / "work" / "trials.jsonl").read_text().splitlines()
-    assert len(lines) == 1
-    run_sweep(str(path), jobs=1, threads=1)  # nothing left to do: the trial is not rerun
-    assert (tmp_path / "work" / "trials.jsonl").read_text().splitlines() == lines
+    r = _trials(ws, "configs/sweeps/tiny.yaml")  # nothing left to do: no run is redone
+    assert "Nothing to be done" in r.stdout + r.stderr
 
     # a preset that pins that base: `pinned` installs it (digest checked by every run), and a trial on
     # another base trains with --other-base (without it `rspo train` would refuse the base)
-    tiny = next((tmp_path / "work" / "bases").glob("tiny-*"))
-    preset = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    tiny = next(p for p in (work / "bases").glob("tiny-*") if p.is_dir())
+    preset = yaml.safe_load((ws / "configs" / "smoke.yaml").read_text())
     preset["base_model"] = {"path": str(tiny), "sha256": weights_sha256(tiny)}
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / "smoke.yaml").write_text(yaml.safe_dump(preset))
+    (ws / "configs" / "smoke.yaml").write_text(yaml.safe_dump(preset))
     other = {"name": "t3", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}}
     kept = {"name": "t4", "base": "kept", "steps": 1, "runs": {"grpo": [0]}}  # a committed trial base
-    path = write_sweep(
-        tmp_path,
-        preset=str(tmp_path / "configs" / "smoke.yaml"),
-        bases={
-            "tiny": {"examples": 256},
-            "pinned": {"pinned": True},
-            "kept": {"committed": str(tiny), "sha256": weights_sha256(tiny), "examples": 256},
-        },
-        trials=[{"name": "t2", "base": "pinned", "steps": 1, "runs": {"gmpo": [0]}}, other, kept],
-    )
-    rows = run_sweep(str(path), jobs=1, threads=1, table_path=str(tmp_path / "trials.md"))
+    spec["bases"] |= {"pinned": {"pinned": True}, "kept": {"committed": str(tiny), "sha256": weights_sha256(tiny)}}
+    spec["trials"] = [T1, {"name": "t2", "base": "pinned", "steps": 1, "runs": {"gmpo": [0]}}, other, kept]
+    (ws / "configs" / "sweeps" / "tiny.yaml").write_text(yaml.safe_dump(spec))
+    r = _trials(ws, "configs/sweeps/tiny.yaml")
+    counts = job_counts(r.stdout + r.stderr)
+    assert counts.get("trial_run") == 3 and counts.get("trial_base") == 2  # t1's runs and base are kept
+    rows = [json.loads(ln) for ln in (work / "trials.jsonl").read_text().splitlines()]
     assert [r["name"] for r in rows] == ["t1", "t2", "t3", "t4"] and rows[1]["base_acc"] == rows[0]["base_acc"]
     assert rows[3]["base_acc"] == rows[0]["base_acc"] and rows[3]["pretrain_wall_s"] == 0
-    installed = next((tmp_path / "work" / "bases").glob("pinned-*"))
+    installed = next(p for p in (work / "bases").glob("pinned-*") if p.is_dir())
     assert weights_sha256(installed) == weights_sha256(tiny) and rows[1]["pretrain_wall_s"] == 0
-    md = (tmp_path / "trials.md").read_text()
+    md = (work / "trials.md").read_text()
     assert "| pinned | the preset's pinned base (base_model) |" in md
     # round 4's gate judges the unscheduled trials, round 5's the scheduled one
     assert gate_table(rows) in md and "| t2 | gmpo | ✗ +0.0 | ✗ – |" in md and "| t1 | L(gmpo) |" in md
+
+
+def test_a_dry_run_plans_every_trial_of_the_shipped_search_files(tmp_path):
+    """`snakemake -n trials --config trials=<file>` plans each committed sweep file's runs as jobs:
+    round 4's 141 runs on 4 bases, round 5's 25 on one committed base; one piece (trial_only) only its
+    trials' runs."""
+    ws = make_workspace(tmp_path)
+    for name, runs, bases in (("small.yaml", 141, 4), ("small-round5.yaml", 25, 1)):
+        r = snakemake(ws, "-n", "--config", f"trials=configs/sweeps/{name}", "--", "trials")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        counts = job_counts(r.stdout)
+        assert (counts["trial_run"], counts["trial_base"], counts["trial_record"]) == (runs, bases, 1)
+    r = snakemake(
+        ws, "-n", "--config", "trials=configs/sweeps/small-round5.yaml", "trial_only=r5b-ramp-x150", "--", "trials"
+    )
+    assert job_counts(r.stdout)["trial_run"] == 9
+    r = snakemake(ws, "-n", "--config", "trials=configs/sweeps/small-round5.yaml", "trial_only=nope", "--", "trials")
+    assert r.returncode != 0 and "no trial 'nope'" in r.stdout + r.stderr
+    r = snakemake(ws, "-n", "--config", "preset=smoke", "trials=configs/sweeps/small-round5.yaml", "--", "trials")
+    assert r.returncode != 0 and "its preset is configs/small.yaml" in r.stdout + r.stderr
 
 
 @pytest.mark.parametrize(
