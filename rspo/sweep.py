@@ -51,8 +51,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rspo import base_pin
 from rspo.preset import Preset
 from rspo.regime_gates import WINDOW, collapse_at, gate_measures, router_lr_change, trial_folder
@@ -71,68 +69,11 @@ from rspo.run_record import (
     val_score,
 )
 from rspo.subcommand import rspo_argv
-
-SWEEP_KEYS = {"preset", "work", "bases", "trials", "val_size", "val_every"}
-TRIAL_KEYS = {"name", "base", "steps", "set", "runs", "note"}
+from rspo.sweep_file import SweepFile, Trial, method_sets
 
 
 class SweepError(ValueError):
     pass
-
-
-def load_sweep(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise SweepError(f"sweep file not found: {path}")
-    spec = yaml.safe_load(path.read_text())
-    if not isinstance(spec, dict):
-        raise SweepError(f"{path}: a sweep must be a mapping")
-    unknown = sorted(set(spec) - SWEEP_KEYS)
-    if unknown:
-        raise SweepError(f"{path}: unknown key {unknown[0]!r}; valid keys are {sorted(SWEEP_KEYS)}")
-    for key in ("preset", "work", "bases", "trials"):
-        if key not in spec:
-            raise SweepError(f"{path}: missing key {key!r}")
-    for name, over in spec["bases"].items():
-        if (over or {}).get("pinned") and set(over) != {"pinned"}:
-            raise SweepError(
-                f"{path}: bases.{name}: a pinned base (the preset's base_model) takes no pretrain overrides"
-            )
-        if "committed" in (over or {}) and "sha256" not in over:
-            raise SweepError(f"{path}: bases.{name}: a committed base names its weights' sha256 (committed, sha256)")
-    for i, t in enumerate(spec["trials"]):
-        bad = sorted(set(t) - TRIAL_KEYS)
-        if bad:
-            raise SweepError(f"{path}: trials[{i}].{bad[0]}: unknown key; valid keys are {sorted(TRIAL_KEYS)}")
-        if t.get("base") not in spec["bases"]:
-            raise SweepError(f"{path}: trials[{i}].base: {t.get('base')!r} is not one of {sorted(spec['bases'])}")
-        if not isinstance(t.get("runs"), dict) or not t["runs"]:
-            raise SweepError(f"{path}: trials[{i}].runs: expected a mapping algo -> list of seeds")
-        for method in t["runs"]:
-            try:
-                method_sets(method)
-            except ValueError as e:
-                raise SweepError(f"{path}: trials[{i}].runs.{method}: {e}") from None
-    return spec
-
-
-def method_sets(method: str) -> list[str]:
-    """A trial's method -> its ``--set`` overrides: ``<algo>`` with optional ``+rs`` and
-    ``+<routing mode>`` (``gmpo``, ``grpo+rs``, ``gmpo+freeze``)."""
-    from rspo.method import ALGOS, ROUTING_MODES
-
-    algo, *plus = method.split("+")
-    if algo not in ALGOS:
-        raise ValueError(f"unknown algorithm {algo!r}; choose one of {list(ALGOS)}")
-    unknown = [p for p in plus if p != "rs" and p not in ROUTING_MODES]
-    if unknown or len(set(plus)) != len(plus) or len([p for p in plus if p != "rs"]) > 1:
-        raise ValueError(f"expected <algo>[+rs][+<routing mode>] with a mode of {list(ROUTING_MODES)}, got {method!r}")
-    routing = next((p for p in plus if p != "rs"), "none")
-    return [
-        f"algorithm.algo={algo}",
-        f"algorithm.router_shift={'true' if 'rs' in plus else 'false'}",
-        f"algorithm.routing={routing}",
-    ]
 
 
 def _key(obj: Any) -> str:
@@ -151,29 +92,18 @@ def _run(cmd: list[str], log: Path, threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def base_folder(spec: dict[str, Any], name: str) -> Path:
+def base_folder(spec: SweepFile, name: str) -> Path:
     """Where base ``name`` is pretrained or installed: ``<work>/bases/<name>-<key of its overrides>``."""
-    return Path(spec["work"]) / "bases" / f"{name}-{_key(spec['bases'][name] or {})}"
+    return Path(spec.work) / "bases" / f"{name}-{_key(spec.base(name))}"
 
 
-def trial_of(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    found = [t for t in spec["trials"] if t["name"] == name]
-    if len(found) != 1:
-        raise SweepError(f"{len(found)} trials named {name!r} in the sweep file, expected one")
-    return found[0]
-
-
-def run_folder(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int) -> Path:
+def run_folder(spec: SweepFile, trial: Trial, algo: str, seed: int) -> Path:
     """``<work>/runs/<trial>-<key of its base, steps and setting>/<method>-s<seed>``."""
-    tkey = _key({"base": spec["bases"][trial["base"]], "set": trial.get("set", []), "steps": trial["steps"]})
-    return Path(spec["work"]) / "runs" / f"{trial['name']}-{tkey}" / f"{algo}-s{seed}"
+    tkey = _key({"base": spec.bases[trial.base], "set": list(trial.set), "steps": trial.steps})
+    return Path(spec.work) / "runs" / f"{trial.name}-{tkey}" / f"{algo}-s{seed}"
 
 
-def trial_runs(trial: dict[str, Any]) -> list[tuple[str, int]]:
-    return [(algo, seed) for algo, seeds in trial["runs"].items() for seed in seeds]
-
-
-def ensure_base(spec: dict[str, Any], name: str, data: Path, tokenizer: Path, threads: int) -> Path:
+def ensure_base(spec: SweepFile, name: str, data: Path, tokenizer: Path, threads: int) -> Path:
     """Pretrain base ``name`` once (its pretrain overrides of the preset, on ``data`` with ``tokenizer``),
     or install a base pretrained once and committed: the preset's pinned base for ``{pinned: true}``, a
     folder for ``{committed: FOLDER, sha256: HEX, <its pretrain overrides, for the record>}`` (digest
@@ -186,11 +116,10 @@ def ensure_base(spec: dict[str, Any], name: str, data: Path, tokenizer: Path, th
         source, sha256, key = committed
         base_pin.copy_checked(source, sha256, out, key)
         return out
-    over = spec["bases"][name] or {}
-    sets = [f"{k}={json.dumps(v)}" for k, v in over.items()]
+    sets = [f"{k}={json.dumps(v)}" for k, v in spec.base(name).items()]
     cmd = rspo_argv(
         "pretrain",
-        preset=spec["preset"],
+        preset=spec.preset,
         data=data,
         tokenizer=tokenizer,
         out=out,
@@ -202,34 +131,34 @@ def ensure_base(spec: dict[str, Any], name: str, data: Path, tokenizer: Path, th
     return out
 
 
-def train_run(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int, data: Path, threads: int) -> Path:
+def train_run(spec: SweepFile, trial: Trial, algo: str, seed: int, data: Path, threads: int) -> Path:
     """Train one run of a trial (``python -m rspo train`` with the trial's overrides, validated every
     ``val_every`` steps on the first ``val_size`` problems of ``data``/val.jsonl) unless its folder holds
     a finished run; stamp when and where it ran (UTC start and end, commit, machine) beside it."""
-    base = base_folder(spec, trial["base"])
+    base = base_folder(spec, trial.base)
     if not (base / "pretrain.json").is_file():
-        raise SweepError(f"base {trial['base']!r} is not there ({base}): build it first (rspo sweep base)")
+        raise SweepError(f"base {trial.base!r} is not there ({base}): build it first (rspo sweep base)")
     out = run_folder(spec, trial, algo, seed)
     sets = [
         *method_sets(algo),
         f"seed={seed}",
-        f"schedule.total_steps={trial['steps']}",
-        f"schedule.val_every={spec.get('val_every', 10)}",
-        f"schedule.val_size={spec.get('val_size', 200)}",
+        f"schedule.total_steps={trial.steps}",
+        f"schedule.val_every={spec.val_every}",
+        f"schedule.val_size={spec.val_size}",
         "schedule.ckpt_every=0",
-    ] + list(trial.get("set", []))
+    ] + list(trial.set)
     if not (out / "final.json").is_file():
         started = utc_now()
         cmd = rspo_argv(
             "train",
-            preset=spec["preset"],
+            preset=spec.preset,
             base_model=base,
             train_data=data / "train.jsonl",
             val=f"val={data / 'val.jsonl'}",
             out=out,
             threads=threads,
             no_mlflow=True,
-            other_base=not (spec["bases"][trial["base"]] or {}).get("pinned"),  # a trial base, not the pinned one
+            other_base=not spec.base(trial.base).get("pinned"),  # a trial base, not the pinned one
             sets=sets,
         )
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
@@ -242,7 +171,7 @@ STAMP = "sweep_run.json"
 """Beside a trial's run: when it trained (UTC start and end), from which commit, on which machine, its wall."""
 
 
-def run_summary(spec: dict[str, Any], trial: dict[str, Any], algo: str, seed: int) -> dict[str, Any]:
+def run_summary(spec: SweepFile, trial: Trial, algo: str, seed: int) -> dict[str, Any]:
     """What the trial table and the gates read of one finished run (rspo.run_record)."""
     out = run_folder(spec, trial, algo, seed)
     when = json.loads((out / STAMP).read_text()) if (out / STAMP).is_file() else {}
@@ -349,16 +278,12 @@ def _mean_sd(xs: list[float]) -> tuple[float, float, int]:
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else float("nan"), len(xs))
 
 
-def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: float, wall: float) -> dict[str, Any]:
+def summarise(trial: Trial, runs: list[dict[str, Any]], base_wall: float, wall: float) -> dict[str, Any]:
     by = {}
     for r in runs:
         by.setdefault(r["algo"], []).append(r)
     out: dict[str, Any] = {
-        "name": trial["name"],
-        "base": trial["base"],
-        "steps": trial["steps"],
-        "set": list(trial.get("set", [])),
-        "note": trial.get("note", ""),
+        **trial.record(),
         "base_acc": runs[0]["base_acc"],
         "pretrain_wall_s": base_wall,
         "wall_s": wall,
@@ -384,20 +309,20 @@ def summarise(trial: dict[str, Any], runs: list[dict[str, Any]], base_wall: floa
     return out
 
 
-def _committed(spec: dict[str, Any], name: str) -> tuple[Path, str, str] | None:
+def _committed(spec: SweepFile, name: str) -> tuple[Path, str, str] | None:
     """Base ``name`` if it was pretrained once and committed: (its folder, its weights' sha256, the key
     that states them) for the preset's pinned base (``pinned: true``) or a committed folder; None for a
     base the sweep pretrains itself."""
-    over = spec["bases"][name] or {}
+    over = spec.base(name)
     if over.get("committed"):
         return Path(over["committed"]), over["sha256"], f"bases.{name}"
     if over.get("pinned"):
-        preset = Preset.load(spec["preset"])
+        preset = Preset.load(spec.preset)
         return base_pin.pinned_dir(preset), preset.base_pin.sha256, "base_model"
     return None
 
 
-def bases_table(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]] = ()) -> str:
+def bases_table(spec: SweepFile, work: Path, rows: list[dict[str, Any]] = ()) -> str:
     """The bases of a sweep: the ones its trials (``rows``, done here or on other machines) ran on and
     any pretrained here; overrides, held-out greedy accuracy, pretraining time, weights. A committed
     base is read from its committed folder where this machine has not installed it."""
@@ -406,7 +331,7 @@ def bases_table(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]] = (
         "|---|---|---|---|---|---|",
     ]
     used = {r.get("base") for r in rows}
-    for name, over in spec["bases"].items():
+    for name, over in spec.bases.items():
         summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
         committed = _committed(spec, name)
         if not summary.is_file() and name in used and committed is not None:
@@ -447,7 +372,7 @@ def steps_in_work(work: Path) -> Callable[[str, str, int], Steps]:
     return steps_of
 
 
-def write_tables(spec: dict[str, Any], work: Path, rows: list[dict[str, Any]], table_path: str) -> None:
+def write_tables(spec: SweepFile, work: Path, rows: list[dict[str, Any]], table_path: str) -> None:
     path = Path(table_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (
@@ -480,43 +405,43 @@ def _joined(values: list[Any]) -> str | None:
     return "; ".join(kept) if kept else None
 
 
-def trial_row(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    """One trial's line of the record, from its finished runs' folders: the table's summaries, each
-    run's measures, the span of its runs (first UTC start to last UTC end, the trial's wall), the
-    commits and machines they ran from, and the pretraining of its base where the sweep pretrained it
-    (counted once: for the first trial of the file on that base)."""
-    trial = trial_of(spec, name)
-    runs = [run_summary(spec, trial, algo, seed) for algo, seed in trial_runs(trial)]
-    first_on_base = next(t for t in spec["trials"] if t["base"] == trial["base"]) is trial
-    summary = base_folder(spec, trial["base"]) / "pretrain.json"
+def trial_row(spec: SweepFile, index: int) -> dict[str, Any]:
+    """The record's line of the file's ``index``-th trial, from its finished runs' folders: the table's
+    summaries, each run's measures, the span of its runs (first UTC start to last UTC end, the trial's
+    wall), the commits and machines they ran from, and the pretraining of its base where the sweep
+    pretrained it (counted once: for the first trial of the file on that base)."""
+    trial = spec.trials[index]
+    runs = [run_summary(spec, trial, algo, seed) for algo, seed in trial.methods()]
+    first_on_base = next(t for t in spec.trials if t.base == trial.base) is trial
+    summary = base_folder(spec, trial.base) / "pretrain.json"
     base_wall = 0.0
-    if first_on_base and _committed(spec, trial["base"]) is None and summary.is_file():
+    if first_on_base and _committed(spec, trial.base) is None and summary.is_file():
         base_wall = float(json.loads(summary.read_text()).get("wall_time_s", 0.0))
     starts = [r["started_utc"] for r in runs if r["started_utc"]]
     ends = [r["ended_utc"] for r in runs if r["ended_utc"]]
     span = _utc(max(ends)) - _utc(min(starts)) if starts and ends else sum(r["wall_s"] for r in runs)
     row = summarise(trial, runs, base_wall, span)
-    row["runs_spec"] = trial["runs"]
+    row["runs_spec"] = {method: list(seeds) for method, seeds in trial.runs.items()}
     row["machine"] = _joined([r["machine"] for r in runs]) or machine()
     row["started_utc"], row["ended_utc"] = (min(starts) if starts else None), (max(ends) if ends else None)
     row["commit"] = _joined([r["commit"] for r in runs])
     return row
 
 
-def row_path(spec: dict[str, Any], name: str) -> Path:
-    return Path(spec["work"]) / "trials" / f"{name}.json"
+def row_path(spec: SweepFile, line: str) -> Path:
+    """Where a trial's line of the record is written (``line``: one of ``spec.lines()``)."""
+    return Path(spec.work) / "trials" / f"{line}.json"
 
 
-def write_record(spec: dict[str, Any], table_path: str | Path, steps_path: str | Path | None = None) -> Path:
+def write_record(spec: SweepFile, table_path: str | Path, steps_path: str | Path | None = None) -> Path:
     """The record of the sweep: every trial whose line has been written (``row_path``), in the file's
     order, as JSON lines in ``<work>/trials.jsonl``; the Markdown tables at ``table_path``; the runs'
     per-step metrics packed at ``steps_path``. -> the JSON lines' path."""
-    work = Path(spec["work"])
-    rows = [
-        json.loads(row_path(spec, t["name"]).read_text()) for t in spec["trials"] if row_path(spec, t["name"]).is_file()
-    ]
+    work = Path(spec.work)
+    done = [row_path(spec, line) for line in spec.lines()]
+    rows = [json.loads(path.read_text()) for path in done if path.is_file()]
     if not rows:
-        raise SweepError(f"{work}: no trial has finished (no {work / 'trials'}/<trial>.json)")
+        raise SweepError(f"{work}: no trial has finished (no {work / 'trials'}/<line>.json)")
     record = work / "trials.jsonl"
     record.write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_tables(spec, work, rows, str(table_path))

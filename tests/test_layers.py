@@ -47,6 +47,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.study_config",
             "rspo.preset",
             "rspo.base_pin",
+            "rspo.sweep_file",
             "rspo.grid",
             "rspo.plan",
         ],

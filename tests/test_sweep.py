@@ -12,8 +12,9 @@ from test_workflow import job_counts, make_workspace, snakemake
 
 from rspo import sweep
 from rspo.base_pin import weights_sha256
+from rspo.config import ConfigError
 from rspo.report.trials import gate_table, table
-from rspo.sweep import SweepError, load_sweep, method_sets
+from rspo.sweep_file import load_sweep, method_sets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,10 +135,10 @@ def test_a_tiny_search_runs_through_snakemake_to_its_gate_tables_and_resumes(tmp
 
 def test_a_dry_run_plans_every_trial_of_the_shipped_search_files(tmp_path):
     """`snakemake -n trials --config trials=<file>` plans each committed sweep file's runs as jobs:
-    round 4's 141 runs on 4 bases, round 5's 25 on one committed base; one piece (trial_only) only its
-    trials' runs."""
+    rounds 1-4's 143 runs on 4 bases (144 entries, one run named twice), round 5's 25 on one committed
+    base; one piece (trial_only) only its trials' runs."""
     ws = make_workspace(tmp_path)
-    for name, runs, bases in (("small.yaml", 141, 4), ("small-round5.yaml", 25, 1)):
+    for name, runs, bases in (("small.yaml", 143, 4), ("small-round5.yaml", 25, 1)):
         r = snakemake(ws, "-n", "--config", f"trials=configs/sweeps/{name}", "--", "trials")
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         counts = job_counts(r.stdout)
@@ -156,18 +157,34 @@ def test_a_dry_run_plans_every_trial_of_the_shipped_search_files(tmp_path):
     "edit, message",
     [
         ({"trials": [{"name": "x", "base": "nope", "steps": 1, "runs": {"gmpo": [0]}}]}, "trials\\[0\\].base"),
-        ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {}}]}, "trials\\[0\\].runs"),
+        ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {}}]}, "trials\\[0\\].runs: must not be empty"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}, "lr": 1}]}, "trials\\[0\\].lr"),
-        ({"oops": 1}, "unknown key 'oops'"),
+        (
+            {"trials": [{"name": "x", "base": "tiny", "steps": 0, "runs": {"gmpo": [0]}}]},
+            "trials\\[0\\].steps: must be >= 1",
+        ),
+        ({"trials": [{"name": "x", "base": "tiny", "runs": {"gmpo": [0]}}]}, "trials\\[0\\].steps: required"),
+        (
+            {"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo": [0]}, "set": ["lr"]}]},
+            "is not KEY=VALUE",
+        ),
+        ({"oops": 1}, "oops: unknown key"),
+        ({"val_size": 0}, "val_size: must be >= 1"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"gmpo+frozen": [0]}}]}, "runs.gmpo\\+frozen"),
         ({"trials": [{"name": "x", "base": "tiny", "steps": 1, "runs": {"ppo": [0]}}]}, "unknown algorithm 'ppo'"),
         ({"bases": {"tiny": {"pinned": True, "examples": 5}}}, "bases.tiny: a pinned base"),
         ({"bases": {"tiny": {"committed": "x"}}}, "bases.tiny: a committed base names its weights' sha256"),
+        (
+            {"trials": [T1, {**T1, "steps": 3}]},
+            "trials\\[1\\]: 't1' is named before with another base, steps or set",
+        ),
     ],
 )
 def test_malformed_sweep_files_name_the_problem(tmp_path, edit, message):
-    with pytest.raises(SweepError, match=message):
+    with pytest.raises(ConfigError, match=message):
         load_sweep(write_sweep(tmp_path, **edit))
+    again = {**T1, "runs": {"gmpo": [1, 2]}}  # a trial named again with the same setting adds seeds
+    assert load_sweep(write_sweep(tmp_path, trials=[T1, again])).lines() == ["00-t1", "01-t1"]
 
 
 def test_a_method_names_its_algorithm_rs_and_routing_mode():
@@ -204,6 +221,8 @@ def test_the_bases_table_reads_a_committed_base_this_machine_has_not_installed(t
     (kept / "model.safetensors").write_bytes(b"w")
     summary = {"heldout": {"accuracy": 0.6, "n": 200}, "examples": 180, "wall_time_s": 60}
     (kept / "pretrain.json").write_text(json.dumps(summary))
-    spec = {"preset": "configs/smoke.yaml", "bases": {"kept": {"committed": str(kept), "sha256": "0" * 64}}}
+    bases = {"kept": {"committed": str(kept), "sha256": "0" * 64}}
+    trials = [{"name": "t", "base": "kept", "steps": 1, "runs": {"gmpo": [0]}}]
+    spec = load_sweep(write_sweep(tmp_path, bases=bases, trials=trials))
     assert "| kept | committed:" in bases_table(spec, tmp_path / "work", [{"base": "kept"}])
     assert "| kept |" not in bases_table(spec, tmp_path / "work", [])  # no trial ran on it: not listed

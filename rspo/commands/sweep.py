@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from rspo import sweep
+from rspo.config import ConfigError
+from rspo.sweep_file import load_sweep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,28 +41,31 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--threads", type=int, default=1, help="torch threads of the run")
     row = sub.add_parser("row", help="write a finished trial's line of the record")
     row.add_argument("sweep")
-    row.add_argument("--trial", required=True, help="the trial's name in the sweep file")
+    row.add_argument("--line", required=True, help="<position>-<name> of the trial in the file, e.g. 00-r5a")
     record = sub.add_parser("record", help="write the record: trials.jsonl, the Markdown tables, the steps")
     record.add_argument("sweep")
     record.add_argument("--table", required=True, help="the Markdown trial and gate tables")
     record.add_argument("--steps", default=None, help="pack every run's per-step metrics into this tar.xz")
     args = ap.parse_args(argv)
     try:
-        spec = sweep.load_sweep(args.sweep)
+        spec = load_sweep(args.sweep)
         if args.step == "base":
             sweep.ensure_base(spec, args.name, Path(args.data), Path(args.tokenizer), args.threads)
         elif args.step == "run":
-            trial = sweep.trial_of(spec, args.trial)
-            if (args.method, args.seed) not in sweep.trial_runs(trial):
+            trial = spec.trial(args.trial)
+            runs = {run for t in spec.trials if t.name == args.trial for run in t.methods()}
+            if (args.method, args.seed) not in runs:
                 raise sweep.SweepError(f"trial {args.trial!r} has no run {args.method} seed {args.seed}")
             sweep.train_run(spec, trial, args.method, args.seed, Path(args.data), args.threads)
         elif args.step == "row":
-            path = sweep.row_path(spec, args.trial)
+            if args.line not in spec.lines():
+                raise sweep.SweepError(f"no line {args.line!r}; the file's are {spec.lines()}")
+            path = sweep.row_path(spec, args.line)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(sweep.trial_row(spec, args.trial)) + "\n")
+            path.write_text(json.dumps(sweep.trial_row(spec, spec.lines().index(args.line))) + "\n")
         else:
             sweep.write_record(spec, args.table, args.steps)
-    except (sweep.SweepError, RuntimeError) as e:
+    except (sweep.SweepError, ConfigError, RuntimeError) as e:
         print(f"rspo sweep: {e}", file=sys.stderr)
         return 2
     return 0

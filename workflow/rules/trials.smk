@@ -1,7 +1,9 @@
 # The regime search's trials as jobs (rspo/sweep.py): `--config trials=configs/sweeps/<file>.yaml`
 # plans one job per base, per run, per trial line and one for the record; target `trials`
 # (`make trials TRIALS=<file> [TRIAL_ONLY=a,b]`). Everything lives under the file's `work:` folder.
-from rspo.sweep import SweepError, base_folder, load_sweep, row_path, run_folder, trial_runs, _committed
+from rspo.config import ConfigError
+from rspo.sweep import _committed, base_folder, row_path, run_folder
+from rspo.sweep_file import load_sweep
 
 TRIALS_FILE = str(config.get("trials") or "")
 if ARCHIVE:
@@ -9,20 +11,21 @@ if ARCHIVE:
 TRIAL_ONLY = [x for x in str(config.get("trial_only") or "").split(",") if x]
 try:
     SWEEP = load_sweep(TRIALS_FILE)
-except SweepError as e:
+except ConfigError as e:
     raise WorkflowError(f"--config trials={TRIALS_FILE}: {e}") from None
-if os.path.realpath(SWEEP["preset"]) != os.path.realpath(PRESET_FILE):
+if os.path.realpath(SWEEP.preset) != os.path.realpath(PRESET_FILE):
     raise WorkflowError(
-        f"--config trials={TRIALS_FILE}: its preset is {SWEEP['preset']}, the workflow's {PRESET_FILE} "
-        f"(add --config preset={SWEEP['preset']})"
+        f"--config trials={TRIALS_FILE}: its preset is {SWEEP.preset}, the workflow's {PRESET_FILE} "
+        f"(add --config preset={SWEEP.preset})"
     )
-_unknown = sorted(set(TRIAL_ONLY) - {t["name"] for t in SWEEP["trials"]})
+_unknown = sorted(set(TRIAL_ONLY) - {t.name for t in SWEEP.trials})
 if _unknown:
     raise WorkflowError(f"--config trial_only: no trial {_unknown[0]!r} in {TRIALS_FILE}")
-W = str(SWEEP["work"])
-TRIALS_RUN = [t for t in SWEEP["trials"] if not TRIAL_ONLY or t["name"] in TRIAL_ONLY]
-TRIAL_RUNS = {str(run_folder(SWEEP, t, a, s)): (t, a, s) for t in SWEEP["trials"] for a, s in trial_runs(t)}
-TRIAL_BASES = {str(base_folder(SWEEP, b)): b for b in SWEEP["bases"]}
+W = SWEEP.work
+TRIAL_LINES = dict(zip(SWEEP.lines(), SWEEP.trials))  # one line of the record per entry of the file
+LINES_RUN = [line for line, t in TRIAL_LINES.items() if not TRIAL_ONLY or t.name in TRIAL_ONLY]
+TRIAL_RUNS = {str(run_folder(SWEEP, t, a, s)): (t, a, s) for t in SWEEP.trials for a, s in t.methods()}
+TRIAL_BASES = {str(base_folder(SWEEP, b)): b for b in SWEEP.bases}
 TRIAL_DATA = f"{R}/data/countdown"
 
 
@@ -61,7 +64,7 @@ rule trial_base:
 
 rule trial_run:
     input:
-        base=lambda wildcards: f"{base_folder(SWEEP, TRIAL_RUNS[wildcards.run][0]['base'])}/pretrain.json",
+        base=lambda wildcards: f"{base_folder(SWEEP, TRIAL_RUNS[wildcards.run][0].base)}/pretrain.json",
         train=f"{TRIAL_DATA}/train.jsonl",
         val=f"{TRIAL_DATA}/val.jsonl",
     output:
@@ -80,7 +83,7 @@ rule trial_run:
         nodes=1,
         tasks_per_gpu=ONE_TASK_PER_JOB,
     params:
-        trial=lambda wildcards: TRIAL_RUNS[wildcards.run][0]["name"],
+        trial=lambda wildcards: TRIAL_RUNS[wildcards.run][0].name,
         method=lambda wildcards: TRIAL_RUNS[wildcards.run][1],
         seed=lambda wildcards: TRIAL_RUNS[wildcards.run][2],
     shell:
@@ -89,26 +92,26 @@ rule trial_run:
 
 
 def trial_row_inputs(wildcards):
-    trial = next(t for t in SWEEP["trials"] if t["name"] == wildcards.trial)
-    return [f"{run_folder(SWEEP, trial, a, s)}/final.json" for a, s in trial_runs(trial)]
+    trial = TRIAL_LINES[wildcards.line]
+    return [f"{run_folder(SWEEP, trial, a, s)}/final.json" for a, s in trial.methods()]
 
 
 rule trial_row:
     input:
         trial_row_inputs,
     output:
-        f"{W}/trials/{{trial}}.json",
+        f"{W}/trials/{{line}}.json",
     wildcard_constraints:
-        trial="|".join(re.escape(t["name"]) for t in SWEEP["trials"]),
+        line="|".join(re.escape(line) for line in TRIAL_LINES),
     conda:
         ENV_CPU
     shell:
-        "python -m rspo sweep row {TRIALS_FILE} --trial {wildcards.trial}"
+        "python -m rspo sweep row {TRIALS_FILE} --line {wildcards.line}"
 
 
 rule trial_record:
     input:
-        [str(row_path(SWEEP, t["name"])) for t in TRIALS_RUN],
+        [str(row_path(SWEEP, line)) for line in LINES_RUN],
     output:
         record=f"{W}/trials.jsonl",
         table=f"{W}/trials.md",
