@@ -54,7 +54,7 @@ from typing import Any
 from rspo import base_pin
 from rspo.preset import Preset
 from rspo.regime_gates import WINDOW, collapse_at, gate_measures, router_lr_change, trial_folder
-from rspo.report.trials import drift_gate_table, gate_table, table
+from rspo.report.trials import drift_gate_table, gate_table, provenance_table, table
 from rspo.run_record import (
     FIRST_STEPS,
     GAMMA,
@@ -391,6 +391,7 @@ def write_tables(spec: SweepFile, work: Path, rows: list[dict[str, Any]], table_
             "\nDrift after learning (round 5; configs/sweeps/small-round5.yaml states the gates; read from the "
             "runs' per-step metrics)\n\n" + drift_gate_table(rows, steps_in_work(work))
         )
+    text += "\nWhen and where each trial ran (its runs' stamps)\n\n" + provenance_table(rows)
     path.write_text(text)
 
 

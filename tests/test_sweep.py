@@ -105,6 +105,8 @@ def test_a_tiny_search_runs_through_snakemake_to_its_gate_tables_and_resumes(tmp
     assert table(rows) in md and "Plug-in gate P(X)" not in md and f"| t1 | tiny | {setting} | 2 |" in md
     assert "| t1 | L(gmpo) | – | – | – | – | – | – | not judged: S = 1 needs 20 <= S < the trial's 2 steps |" in md
     assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
+    commit = row["commit"]
+    assert f"| t1 | {row['started_utc']} | {row['ended_utc']} | {commit} | {row['machine']} |" in md
     r = _trials(ws, "configs/sweeps/tiny.yaml")  # nothing left to do: no run is redone
     assert "Nothing to be done" in r.stdout + r.stderr
 
@@ -226,3 +228,13 @@ def test_the_bases_table_reads_a_committed_base_this_machine_has_not_installed(t
     spec = load_sweep(write_sweep(tmp_path, bases=bases, trials=trials))
     assert "| kept | committed:" in bases_table(spec, tmp_path / "work", [{"base": "kept"}])
     assert "| kept |" not in bases_table(spec, tmp_path / "work", [])  # no trial ran on it: not listed
+
+
+def test_the_provenance_table_says_when_and_where_each_trial_ran_and_dashes_what_a_record_predates():
+    from rspo.report.trials import EARLIER_MACHINE, provenance_table
+
+    stamped = {"name": "a", "started_utc": "2026-12-06T10:00:00Z", "ended_utc": "2026-12-06T11:00:00Z"}
+    stamped |= {"commit": "abc1234", "machine": "AMD EPYC, 2 cores"}
+    text = provenance_table([stamped, {"name": "old"}])
+    assert "| a | 2026-12-06T10:00:00Z | 2026-12-06T11:00:00Z | abc1234 | AMD EPYC, 2 cores |" in text
+    assert f"| old | - | - | - | {EARLIER_MACHINE} |" in text

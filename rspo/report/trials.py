@@ -188,3 +188,13 @@ def drift_gate_table(rows: list[dict[str, Any]], steps_of: Callable[[str, str, i
             ]
         lines.append("| " + " | ".join([t["name"], *cells, g["outcome"]]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def provenance_table(rows: list[dict[str, Any]]) -> str:
+    """One line per trial: when its runs trained (first UTC start, last UTC end), the commits and the
+    machines they ran from ("-" where a record predates the stamps)."""
+    lines = _header(["trial", "UTC start", "UTC end", "commit", "machine"])
+    for t in rows:
+        cells = [t["name"], t.get("started_utc") or "-", t.get("ended_utc") or "-", t.get("commit") or "-"]
+        lines.append("| " + " | ".join([*cells, t.get("machine", EARLIER_MACHINE)]) + " |")
+    return "\n".join(lines) + "\n"
