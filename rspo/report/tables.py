@@ -34,6 +34,7 @@ from typing import Any
 
 from rspo.plan import Plan
 from rspo.report import reference as ref
+from rspo.run_record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -205,18 +206,10 @@ def benchmark_pass1(path: Path, bench: str) -> tuple[float, int | None]:
 def _collapsed(runs_dir: Path | None, run: str) -> bool | None:
     if runs_dir is None:
         return None
-    data = _read_json(runs_dir / run / "run.json")
-    value = data.get("collapsed", False)
+    value = RunRecord.open(runs_dir / run).identity.get("collapsed", False)
     if not isinstance(value, bool):
         raise ValueError(f"{runs_dir / run / 'run.json'}: collapsed must be true/false, got {value!r}")
     return value
-
-
-def _collapse_step(runs_dir: Path, run: str) -> int | None:
-    """The collapse detector's step from final.json, None if it never fired."""
-    data = _read_json(runs_dir / run / "final.json")
-    step = data.get("collapse_step")
-    return int(step) if data.get("collapsed") and step is not None else None
 
 
 def _by_method(plan: Plan, runs: list[str]) -> dict[str, list[str]]:
@@ -254,7 +247,7 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
         cells = [Cell.of([countdown_accuracy(eval_dir / n / "countdown.json", s) for n in names]) for s in splits]
         cells.append(Cell(text=str(len(names))))
         if rdir is not None:
-            steps = [_collapse_step(rdir, n) for n in sorted(names, key=lambda n: plan.runs[n].seed)]
+            steps = [RunRecord.open(rdir / n).onset for n in sorted(names, key=lambda n: plan.runs[n].seed)]
             cells.append(Cell(text=", ".join("–" if st is None else str(st) for st in steps)))
             cells.append(Cell(text=f"{sum(bool(_collapsed(rdir, n)) for n in names)}/{len(names)}"))
         rows.append((plan.label(names[0]), cells))
