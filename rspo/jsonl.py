@@ -41,6 +41,21 @@ def iter_jsonl_lines(lines: Iterable[str], source: str) -> Iterator[tuple[int, d
         yield lineno, obj
 
 
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON file holding one object (a run's final.json, an evaluation): FileNotFoundError "missing
+    file: PATH", ValueError naming the file for invalid JSON or another top-level type."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"missing file: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a JSON object")
+    return data
+
+
 def write_atomic(path: str | os.PathLike, content: str | bytes | Iterable[str]) -> Path:
     """Write ``content`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
 

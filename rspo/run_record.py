@@ -32,14 +32,13 @@ The study's facts about a run, each defined here and nowhere else:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rspo.jsonl import iter_jsonl, iter_jsonl_lines
+from rspo.jsonl import iter_jsonl, iter_jsonl_lines, read_json
 
 # ---------------------------------------------------------------------------- metric names (the writers import these)
 
@@ -204,13 +203,7 @@ class RunRecord:
             if required:
                 raise FileNotFoundError(f"{path}: missing (the run has not finished, or the folder is not a run)")
             return {}
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a JSON object")
-        return data
+        return read_json(path)
 
     @functools.cached_property
     def identity(self) -> dict[str, Any]:
@@ -265,4 +258,4 @@ class RunRecord:
         path = Path(eval_dir) / self.name / f"{family}.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing (evaluate the run first)")
-        return json.loads(path.read_text())
+        return read_json(path)

@@ -37,12 +37,12 @@ random numbers: rspo.report.inference).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rspo.jsonl import read_json
 from rspo.report.inference import block_jackknife_sd, mcnemar_sd
 from rspo.run_record import (
     FIRST_STEPS,
@@ -149,7 +149,7 @@ def run_facts(run_dir: Path) -> RunFacts:
 
 def pooled_accuracy(path: Path, splits: list[str]) -> Measured:
     """Accuracy (%) over the given splits of an eval countdown.json, problems weighted equally."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path)
     ok = n = 0.0
     scores: list[float] = []
     for s in splits:

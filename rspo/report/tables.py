@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rspo.jsonl import read_json
 from rspo.plan import Plan
 from rspo.report import reference as ref
 from rspo.run_record import RunRecord
@@ -164,18 +165,6 @@ def _tex_escape(s: str) -> str:
 # ---------------------------------------------------------------------------- inputs
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(f"missing file: {path}")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
-
-
 def _fraction(path: Path, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{path}: {key} must be a finite number, got {value!r}")
@@ -186,7 +175,7 @@ def _fraction(path: Path, key: str, value: Any) -> float:
 
 def countdown_accuracy(path: Path, split: str) -> float:
     """Accuracy (%) of one split from an eval countdown.json."""
-    data = _read_json(path)
+    data = read_json(path)
     splits = data.get("splits")
     if not isinstance(splits, dict) or split not in splits:
         raise ValueError(f"{path}: no splits.{split}")
@@ -195,7 +184,7 @@ def countdown_accuracy(path: Path, split: str) -> float:
 
 def benchmark_pass1(path: Path, bench: str) -> tuple[float, int | None]:
     """Pass@1 (%) and problem count of one benchmark from an eval math.json / code.json."""
-    data = _read_json(path)
+    data = read_json(path)
     benches = data.get("benchmarks")
     if not isinstance(benches, dict) or bench not in benches:
         raise ValueError(f"{path}: no benchmarks.{bench}")
@@ -251,7 +240,7 @@ def table_countdown(plan: Plan, eval_dir: str | Path, runs_dir: str | Path | Non
             cells.append(Cell(text=", ".join("–" if st is None else str(st) for st in steps)))
             cells.append(Cell(text=f"{sum(bool(_collapsed(rdir, n)) for n in names)}/{len(names)}"))
         rows.append((plan.label(names[0]), cells))
-    n_eval = {s: (_read_json(base_file)["splits"][s] or {}).get("n") for s in splits}
+    n_eval = {s: (read_json(base_file)["splits"][s] or {}).get("n") for s in splits}
     notes = [
         f"Preset {plan.name}; greedy accuracy of the final checkpoint; "
         "mean over seeds (± sample std with several seeds).",
@@ -275,7 +264,7 @@ GRADERS = {
 
 def _protocol_line(task: str, base_file: Path, benches: list[str]) -> str:
     """How the Base evaluation of ``task`` was run, from its result file's config."""
-    data = _read_json(base_file)
+    data = read_json(base_file)
     cfg = data.get("config") or {}
     per = data.get("benchmarks") or {}
     parts = []
@@ -403,7 +392,7 @@ BENCH_KEYS = ("rs_throughput_ratio", "router_cache_bytes_per_token_layer_k", "ro
 
 def table_efficiency(plan: Plan, bench_file: str | Path) -> Table:
     path = Path(bench_file)
-    data = _read_json(path)
+    data = read_json(path)
     values = {}
     for k in BENCH_KEYS:
         v = data.get(k)
@@ -473,7 +462,6 @@ def write(table: Table, out_md: str | Path) -> tuple[Path, Path]:
 
 def table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
     """MLflow names of the evaluation runs a table reads (eval-<task>-<model label>)."""
-    import json
     from pathlib import Path
 
     from rspo.tracking import eval_run_name
