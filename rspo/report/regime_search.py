@@ -14,7 +14,9 @@ itself (which of GRPO and GMPO collapses first in each seed pair): where no tria
 and in no trial did GRPO collapse while GMPO survived every seed, its rows read "not reproduced on the
 searched axes" with the axes (from the trials' settings) and the seed pairs' count. Equivalence rows
 (RS harmless where it does not act) and checks are not guarded: they ask another question. Where a
-gate was met, the search chose a regime (`drift`) and its rows are judged there as usual.
+gate was met, its rows are judged as usual; a regime the search finds enters the preset schema
+(rspo.study_config.REGIMES) and the claims' entries name it (rspo.report.claim_registry), never by a
+silent fallback. A row's gate is its claim entry's ``gate``.
 """
 
 from __future__ import annotations
