@@ -131,10 +131,15 @@ def ensure_base(spec: SweepFile, name: str, data: Path, tokenizer: Path, threads
     return out
 
 
-def train_run(spec: SweepFile, trial: Trial, algo: str, seed: int, data: Path, threads: int) -> Path:
+def train_run(
+    spec: SweepFile, trial: Trial, algo: str, seed: int, data: Path, threads: int, mlflow: bool = False
+) -> Path:
     """Train one run of a trial (``python -m rspo train`` with the trial's overrides, validated every
     ``val_every`` steps on the first ``val_size`` problems of ``data``/val.jsonl) unless its folder holds
-    a finished run; stamp when and where it ran (UTC start and end, commit, machine) beside it."""
+    a finished run; stamp when and where it ran (UTC start and end, commit, machine) beside it. With
+    ``mlflow`` the run is tracked in the preset's MLflow store under the key
+    ``trial/<trial folder>/<method>-s<seed>`` (its folder's name: a trial's run is never mistaken for
+    a study run or another trial's)."""
     base = base_folder(spec, trial.base)
     if not (base / "pretrain.json").is_file():
         raise SweepError(f"base {trial.base!r} is not there ({base}): build it first (rspo sweep base)")
@@ -157,7 +162,8 @@ def train_run(spec: SweepFile, trial: Trial, algo: str, seed: int, data: Path, t
             val=f"val={data / 'val.jsonl'}",
             out=out,
             threads=threads,
-            no_mlflow=True,
+            no_mlflow=not mlflow,
+            tracking_key=f"trial/{out.parent.name}/{out.name}" if mlflow else None,
             other_base=not spec.base(trial.base).get("pinned"),  # a trial base, not the pinned one
             sets=sets,
         )

@@ -406,7 +406,7 @@ class Tracker:
     ...) are the source of truth.
 
     Identity: the run carries the tag ``rspo.key`` (``train/<run>``, ``pretrain/<model>``,
-    ``eval/<family>/<model>``), by which ``mlflow-sync`` finds it again, and ``rspo.uid`` (random,
+    ``eval/<family>/<model>``, ``trial/<trial folder>/<method>-s<seed>``), by which ``mlflow-sync`` finds it again, and ``rspo.uid`` (random,
     per Tracker), by which a retried creation finds the run an earlier attempt created instead of
     creating a second one.
     """

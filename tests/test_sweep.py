@@ -55,9 +55,9 @@ def _trials(ws: Path, sweep_file: str, *more: str):
 @pytest.mark.slow
 def test_a_tiny_search_runs_through_snakemake_to_its_gate_tables_and_resumes(tmp_path):
     """The trials of a sweep file planned and run by the workflow (target `trials`): the data, the
-    tokenizer, one base pretrained, two runs, the trial's line and the record (trials.jsonl, the trial
-    and gate tables, the packed steps); run again, nothing is redone; a file with more trials (the
-    pinned base installed, another base, a committed base) runs only what is new."""
+    tokenizer, one base pretrained, two runs (tracked in MLflow), the trial's line and the record
+    (trials.jsonl, the trial and gate tables, the packed steps); run again, nothing is redone; a file
+    with more trials (the pinned base installed, another base, a committed base) runs only what is new."""
     ws = make_workspace(tmp_path)
     spec = {"preset": "configs/smoke.yaml", "work": "results/sweeps/tiny", "val_every": 1, "val_size": 4}
     spec |= {"bases": {"tiny": {"examples": 256}}, "trials": [T1]}
@@ -107,6 +107,19 @@ def test_a_tiny_search_runs_through_snakemake_to_its_gate_tables_and_resumes(tmp
     assert "| tiny | examples=256 |" in md  # the bases table: overrides, accuracy, time
     commit = row["commit"]
     assert f"| t1 | {row['started_utc']} | {row['ended_utc']} | {commit} | {row['machine']} |" in md
+    # each run is tracked in the preset's MLflow store under its trial's key, finished
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{ws / 'results' / 'smoke' / 'mlflow' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(
+        yaml.safe_load((ws / "configs" / "smoke.yaml").read_text())["mlflow"]["experiment"]
+    )
+    tracked = {x.data.tags.get("rspo.key"): x.info.status for x in client.search_runs([exp.experiment_id])}
+    folder = next(p.name for p in (work / "runs").iterdir())
+    assert {k: v for k, v in tracked.items() if k.startswith("trial/")} == {
+        f"trial/{folder}/gmpo-s0": "FINISHED",
+        f"trial/{folder}/grpo-s0": "FINISHED",
+    }
     r = _trials(ws, "configs/sweeps/tiny.yaml")  # nothing left to do: no run is redone
     assert "Nothing to be done" in r.stdout + r.stderr
 

@@ -3,7 +3,7 @@
 trials=SWEEP.yaml`), which plans them, runs them in parallel or under a SLURM profile, and resumes:
 
     base   SWEEP NAME --data DIR --tokenizer DIR --threads N    pretrain or install one base
-    run    SWEEP --trial T --method M --seed S --data DIR --threads N    train one run of a trial
+    run    SWEEP --trial T --method M --seed S --data DIR --threads N [--mlflow]   train one run
     row    SWEEP --trial T                                       the trial's line of the record
     record SWEEP --table FILE [--steps FILE]                     trials.jsonl, the tables, the steps
 
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, required=True, help="one of that method's seeds in the trial")
     run.add_argument("--data", required=True, help="the preset's Countdown data folder (train.jsonl, val.jsonl)")
     run.add_argument("--threads", type=int, default=1, help="torch threads of the run")
+    run.add_argument("--mlflow", action="store_true", help="track the run in the preset's MLflow store")
     row = sub.add_parser("row", help="write a finished trial's line of the record")
     row.add_argument("sweep")
     row.add_argument("--line", required=True, help="<position>-<name> of the trial in the file, e.g. 00-r5a")
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = {run for t in spec.trials if t.name == args.trial for run in t.methods()}
             if (args.method, args.seed) not in runs:
                 raise sweep.SweepError(f"trial {args.trial!r} has no run {args.method} seed {args.seed}")
-            sweep.train_run(spec, trial, args.method, args.seed, Path(args.data), args.threads)
+            sweep.train_run(spec, trial, args.method, args.seed, Path(args.data), args.threads, args.mlflow)
         elif args.step == "row":
             if args.line not in spec.lines():
                 raise sweep.SweepError(f"no line {args.line!r}; the file's are {spec.lines()}")

@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--stop-margin-min", type=float, default=5.0, help="with --time-limit-min: minutes kept free at the end"
     )
     ap.add_argument("--no-mlflow", action="store_true", help="write metrics.jsonl only")
+    ap.add_argument(
+        "--tracking-key",
+        default=None,
+        help="the MLflow run's rspo.key (default train/<run name>); a regime-search trial's run names its trial",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bar / progress lines")
     return ap
 
@@ -152,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
 
         def factory(**kw):
             tracker = Tracker(
-                uri, experiment, source="rspo train", key=f"train/{cfg.run_name}", preset=preset_name, **kw
+                uri,
+                experiment,
+                source="rspo train",
+                key=args.tracking_key or f"train/{cfg.run_name}",
+                preset=preset_name,
+                **kw,
             )
             files = [(cfg.data.train_path, "training")] + [(p, "validation") for p in cfg.data.val_paths.values()]
             tracker.log_datasets([(p, c) for p, c in files if Path(p).is_file()])

@@ -88,7 +88,7 @@ rule trial_run:
         seed=lambda wildcards: TRIAL_RUNS[wildcards.run][2],
     shell:
         "python -m rspo sweep run {TRIALS_FILE} --trial {params.trial} --method {params.method} "
-        "--seed {params.seed} --data {TRIAL_DATA} --threads {threads} > {log} 2>&1"
+        "--seed {params.seed} --data {TRIAL_DATA} --threads {threads} --mlflow > {log} 2>&1"
 
 
 def trial_row_inputs(wildcards):
