@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rspo.jsonl import iter_jsonl
 from rspo.run_record import REWARD, Steps, learn_bar, learn_gain, noise_sd, rs_acts, val_score
 
 WINDOW = 10  # steps averaged at the start and at the end of a run
@@ -165,21 +166,20 @@ class TrialsError(ValueError):
 
 
 def read_trials(path: str | Path) -> list[dict[str, Any]]:
-    """The trial rows of a record `rspo sweep` wrote (one JSON object per line), checked."""
+    """The trial rows of a record (one JSON object per line, rspo.jsonl), checked."""
     p = Path(path)
     if not p.is_file():
         raise TrialsError(f"regime trials {p}: no such file")
     rows = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise TrialsError(f"regime trials {p}, line {i}: not JSON ({e})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("runs"), list) or "name" not in row:
-            raise TrialsError(f"regime trials {p}, line {i}: not a trial row (needs 'name' and a list 'runs')")
-        rows.append(row)
+    try:
+        for i, row in iter_jsonl(p):
+            if not isinstance(row.get("runs"), list) or "name" not in row:
+                raise TrialsError(f"regime trials {p}, line {i}: not a trial row (needs 'name' and a list 'runs')")
+            rows.append(row)
+    except ValueError as e:  # a line that is not JSON, or not an object
+        if isinstance(e, TrialsError):
+            raise
+        raise TrialsError(f"regime trials {e}") from None
     if not rows:
         raise TrialsError(f"regime trials {p}: no trials")
     return rows

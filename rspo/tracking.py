@@ -406,9 +406,9 @@ class Tracker:
     ...) are the source of truth.
 
     Identity: the run carries the tag ``rspo.key`` (``train/<run>``, ``pretrain/<model>``,
-    ``eval/<family>/<model>``, ``trial/<trial folder>/<method>-s<seed>``), by which ``mlflow-sync`` finds it again, and ``rspo.uid`` (random,
-    per Tracker), by which a retried creation finds the run an earlier attempt created instead of
-    creating a second one.
+    ``eval/<family>/<model>``, ``trial/<trial folder>/<method>-s<seed>``), by which ``mlflow-sync``
+    finds it again, and ``rspo.uid`` (random, per Tracker), by which a retried creation finds the run
+    an earlier attempt created instead of creating a second one.
     """
 
     def __init__(

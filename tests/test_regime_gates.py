@@ -80,7 +80,7 @@ def test_a_search_says_which_trials_judged_each_gate_and_which_met_it(tmp_path):
     with pytest.raises(TrialsError, match="no such file"):
         read_trials(tmp_path / "absent.jsonl")
     path.write_text(json.dumps(t1) + "\n{not json\n")
-    with pytest.raises(TrialsError, match="line 2: not JSON"):
+    with pytest.raises(TrialsError, match=r"trials.jsonl:2: malformed JSON line"):
         read_trials(path)
     path.write_text('{"name": "x"}\n')
     with pytest.raises(TrialsError, match="line 1: not a trial row"):
