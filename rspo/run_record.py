@@ -118,7 +118,8 @@ def noise_sd(values: Sequence[float]) -> float:
 
 
 class Steps:
-    """A run's per-step metrics: {step: {key: value}} with a later line winning key by key."""
+    """A run's per-step metrics: {step: {key: value}} with a later line winning key by key. Read-only:
+    ``Steps.parse`` hands the same object to every reader of a file's version."""
 
     def __init__(self, rows: dict[int, dict[str, Any]], source: str) -> None:
         self.rows = dict(sorted(rows.items()))

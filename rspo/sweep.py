@@ -111,7 +111,7 @@ def ensure_base(spec: SweepFile, name: str, data: Path, tokenizer: Path, threads
     out = base_folder(spec, name)
     if (out / "pretrain.json").is_file():
         return out
-    committed = _committed(spec, name)
+    committed = committed_base(spec, name)
     if committed is not None:  # pretrained once and committed, so that later pieces start from it
         source, sha256, key = committed
         base_pin.copy_checked(source, sha256, out, key)
@@ -315,7 +315,7 @@ def summarise(trial: Trial, runs: list[dict[str, Any]], base_wall: float, wall: 
     return out
 
 
-def _committed(spec: SweepFile, name: str) -> tuple[Path, str, str] | None:
+def committed_base(spec: SweepFile, name: str) -> tuple[Path, str, str] | None:
     """Base ``name`` if it was pretrained once and committed: (its folder, its weights' sha256, the key
     that states them) for the preset's pinned base (``pinned: true``) or a committed folder; None for a
     base the sweep pretrains itself."""
@@ -339,7 +339,7 @@ def bases_table(spec: SweepFile, work: Path, rows: list[dict[str, Any]] = ()) ->
     used = {r.get("base") for r in rows}
     for name, over in spec.bases.items():
         summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
-        committed = _committed(spec, name)
+        committed = committed_base(spec, name)
         if not summary.is_file() and name in used and committed is not None:
             summary = committed[0] / "pretrain.json"
         if not summary.is_file():
@@ -422,7 +422,7 @@ def trial_row(spec: SweepFile, index: int) -> dict[str, Any]:
     first_on_base = next(t for t in spec.trials if t.base == trial.base) is trial
     summary = base_folder(spec, trial.base) / "pretrain.json"
     base_wall = 0.0
-    if first_on_base and _committed(spec, trial.base) is None and summary.is_file():
+    if first_on_base and committed_base(spec, trial.base) is None and summary.is_file():
         base_wall = float(json.loads(summary.read_text()).get("wall_time_s", 0.0))
     starts = [r["started_utc"] for r in runs if r["started_utc"]]
     ends = [r["ended_utc"] for r in runs if r["ended_utc"]]

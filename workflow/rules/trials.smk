@@ -2,7 +2,7 @@
 # plans one job per base, per run, per trial line and one for the record; target `trials`
 # (`make trials TRIALS=<file> [TRIAL_ONLY=a,b]`). Everything lives under the file's `work:` folder.
 from rspo.config import ConfigError
-from rspo.sweep import _committed, base_folder, row_path, run_folder
+from rspo.sweep import base_folder, committed_base, row_path, run_folder
 from rspo.sweep_file import load_sweep
 
 TRIALS_FILE = str(config.get("trials") or "")
@@ -31,7 +31,7 @@ TRIAL_DATA = f"{R}/data/countdown"
 
 def trial_base_inputs(wildcards):
     """A base pretrained by the search reads the preset's data and tokenizer; a committed one nothing."""
-    if _committed(SWEEP, TRIAL_BASES[wildcards.base]) is not None:
+    if committed_base(SWEEP, TRIAL_BASES[wildcards.base]) is not None:
         return {}
     return {"data": f"{TRIAL_DATA}/train.jsonl", "tokenizer": f"{R}/models/tokenizer/tokenizer.json"}
 
