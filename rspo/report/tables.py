@@ -25,7 +25,6 @@ math.json / code.json ``{"benchmarks": {"aime24": {"pass@1": float in [0, 1], "n
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -471,7 +470,7 @@ def table_sources(plan: Plan, name: str, eval_dir: str | None) -> list[str]:
         for run in ["base"] + runs:
             path = Path(eval_dir or ".") / run / f"{task}.json"
             try:
-                model = json.loads(path.read_text()).get("model") or run
+                model = read_json(path).get("model") or run
             except (OSError, ValueError, AttributeError):
                 model = run
             out.append(eval_run_name(task, str(model)))
