@@ -102,8 +102,6 @@ class RunFacts:
     reward_first: float
     """Mean training reward (points) of the first FIRST_STEPS steps (rspo.run_record)."""
     reward_late: float
-    late_steps: int
-    """How many steps the late reward averages (the last third)."""
     min_gamma: float
     """Smallest per-step mean router-shift ratio."""
     max_gamma_clip: float
@@ -112,6 +110,11 @@ class RunFacts:
     """Mean over steps of the per-step mean router-shift ratio (how much RS weights, over the run)."""
     mean_gamma_clip: float = math.nan
     """Mean over steps of the share of response tokens under gamma_min (where RS's weight is floored)."""
+
+    @property
+    def late_steps(self) -> int:
+        """How many steps the late reward averages (rspo.run_record.late_window: the last third)."""
+        return len(late_window(range(self.steps)))
 
 
 # ---------------------------------------------------------------------------- reading run files
@@ -136,7 +139,6 @@ def run_facts(run_dir: Path) -> RunFacts:
         steps=record.n_steps,
         reward_first=100 * statistics.fmean(reward[:FIRST_STEPS]) if reward else math.nan,
         reward_late=100 * statistics.fmean(late) if reward else math.nan,
-        late_steps=len(late) if reward else 0,
         min_gamma=min(gamma) if gamma else math.nan,
         max_gamma_clip=max(clip) if clip else math.nan,
         mean_gamma=mean_gamma,
