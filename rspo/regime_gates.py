@@ -40,6 +40,7 @@ no regime chosen by it, the rows that gate guards read "not testable: no regime 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo.jsonl import iter_jsonl
-from rspo.run_record import REWARD, Steps, learn_bar, learn_gain, noise_sd, rs_acts, val_score
+from rspo.run_record import REWARD, Steps, learn_bar, learn_gain, noise_sd, onset, rs_acts, val_score
 
 WINDOW = 10  # steps averaged at the start and at the end of a run
 
@@ -63,11 +64,6 @@ DRIFT_SEEDS = 3  # L3: collapses after S in at least this many of the 5 seeds
 BUILDUP_S = 100  # D: the learn-first step of the build-up trials
 
 
-def collapse_at(run: dict[str, Any]) -> int | None:
-    """A trial run's collapse step, or None where it never collapsed."""
-    return run["collapse_step"] if run["collapsed"] else None
-
-
 def gate_measures(steps: Steps, collapse_step: int | None) -> dict[str, float]:
     """What the plug-in gate P(X) reads from one run: ``learn_gain``, its best ``WINDOW``-step
     sliding mean training reward minus its first window's (p1); ``pre_gamma``, the mean per-step
@@ -77,13 +73,13 @@ def gate_measures(steps: Steps, collapse_step: int | None) -> dict[str, float]:
     first, reward = steps.series(REWARD)
     windows = [statistics.mean(reward[i : i + WINDOW]) for i in range(max(1, len(reward) - WINDOW + 1))]
     gamma, under = steps.rs_activity(until=collapse_step)
-    if gamma != gamma:  # collapsed on its first step
+    if math.isnan(gamma):  # collapsed on its first step
         gamma, under = steps.rs_activity(until=first[0] + 1)
     return {"learn_gain": max(windows) - windows[0], "pre_gamma": gamma, "pre_under_gmin": under}
 
 
 def _late(runs: list[dict[str, Any]]) -> int:
-    return sum(bool(r["collapsed"]) and (r["collapse_step"] or 0) > GATE_LATE for r in runs)
+    return _after(runs, GATE_LATE)
 
 
 def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -103,7 +99,7 @@ def plugin_gate(runs: list[dict[str, Any]], freeze: list[dict[str, Any]] | None)
     return {
         **verdict,
         "learn_gain": [r["learn_gain"] for r in runs],
-        "collapse_steps": [collapse_at(r) for r in runs],
+        "collapse_steps": [onset(r) for r in runs],
         "pre_gamma": gamma,
         "pre_under_gmin": under,
         "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
@@ -170,16 +166,14 @@ def read_trials(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise TrialsError(f"regime trials {p}: no such file")
-    rows = []
     try:
-        for i, row in iter_jsonl(p):
-            if not isinstance(row.get("runs"), list) or "name" not in row:
-                raise TrialsError(f"regime trials {p}, line {i}: not a trial row (needs 'name' and a list 'runs')")
-            rows.append(row)
+        lines = list(iter_jsonl(p))
     except ValueError as e:  # a line that is not JSON, or not an object
-        if isinstance(e, TrialsError):
-            raise
         raise TrialsError(f"regime trials {e}") from None
+    for i, row in lines:
+        if not isinstance(row.get("runs"), list) or "name" not in row:
+            raise TrialsError(f"regime trials {p}, line {i}: not a trial row (needs 'name' and a list 'runs')")
+    rows = [row for _, row in lines]
     if not rows:
         raise TrialsError(f"regime trials {p}: no trials")
     return rows
@@ -286,13 +280,14 @@ def drift_measures(steps: Steps, start: int, collapse_step: int | None) -> dict[
         "noise": noise_sd(reward[:start]),
         "heldout_base": val.get(0),
         "heldout_at_s": val.get(start),
-        "post_gamma": gamma if gamma == gamma else None,
-        "post_under": under if under == under else None,
+        "post_gamma": None if math.isnan(gamma) else gamma,
+        "post_under": None if math.isnan(under) else under,
     }
 
 
 def _after(runs: list[dict[str, Any]], start: int) -> int:
-    return sum(bool(r["collapsed"]) and (r["collapse_step"] or 0) > start for r in runs)
+    """How many of the runs collapsed after step ``start``."""
+    return sum((onset(r) or 0) > start for r in runs)
 
 
 def _outcome(verdict: dict[str, bool | None], pending: str) -> str:
@@ -324,7 +319,7 @@ def learn_then_drift_gate(
         "learn": [r["learn"] for r in runs],
         "noise": max(r["noise"] for r in runs),
         "heldout": [(r["heldout_base"], r["heldout_at_s"]) for r in runs],
-        "collapse_steps": [collapse_at(r) for r in runs],
+        "collapse_steps": [onset(r) for r in runs],
         "post_gamma": gamma,
         "post_under": under,
         "freeze_collapsed": None if freeze is None else sum(r["collapsed"] for r in freeze),
@@ -346,7 +341,7 @@ def buildup_gate(
         **verdict,
         "outcome": _outcome(verdict, "D3"),
         "learn": [r["learn"] for r in grpo],
-        "collapse_steps": [collapse_at(r) for r in grpo],
+        "collapse_steps": [onset(r) for r in grpo],
         "gmpo_collapsed": sum(r["collapsed"] for r in gmpo),
     }
 
@@ -375,7 +370,7 @@ def drift_outcomes(
                 for r in u["runs"]:
                     if r["algo"] == method:
                         steps = steps_of(u["name"], method, r["seed"])
-                        out.append({**r, **drift_measures(steps, start, collapse_at(r))})
+                        out.append({**r, **drift_measures(steps, start, onset(r))})
         return out
 
     out = []
@@ -459,7 +454,7 @@ def collapse_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         trials += 1
         for s in seeds:
-            a, b = collapse_at(grpo[s]), collapse_at(gmpo[s])
+            a, b = onset(grpo[s]), onset(gmpo[s])
             first = (
                 "neither"
                 if a is None and b is None
@@ -470,7 +465,5 @@ def collapse_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 else "tie"
             )
             counts[first] += 1
-        alone += any(collapse_at(grpo[s]) is not None for s in seeds) and all(
-            collapse_at(gmpo[s]) is None for s in seeds
-        )
+        alone += any(onset(grpo[s]) is not None for s in seeds) and all(onset(gmpo[s]) is None for s in seeds)
     return {**counts, "trials": trials, "grpo_alone": alone}

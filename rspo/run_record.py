@@ -150,7 +150,7 @@ class Steps:
         steps, values = [], []
         for step, row in self.rows.items():
             v = row.get(key)
-            if step > after and (until is None or step < until) and _number(v) and math.isfinite(v):
+            if step > after and (until is None or step < until) and is_number(v) and math.isfinite(v):
                 steps.append(step)
                 values.append(float(v))
         return steps, values
@@ -160,7 +160,7 @@ class Steps:
 
     def at(self, key: str) -> dict[int, float]:
         """{step: value} of a metric on every step that logs it (step 0's validation included)."""
-        return {s: float(r[key]) for s, r in self.rows.items() if _number(r.get(key))}
+        return {s: float(r[key]) for s, r in self.rows.items() if is_number(r.get(key))}
 
     def rs_activity(self, *, after: int = 0, until: int | None = None) -> tuple[float, float]:
         """(mean γ, mean share under γmin) over the steps read (nan where none logs them)."""
@@ -168,7 +168,8 @@ class Steps:
         return (statistics.fmean(gamma) if gamma else math.nan, statistics.fmean(under) if under else math.nan)
 
 
-def _number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """A metric value: an int or float, not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 

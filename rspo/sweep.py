@@ -17,7 +17,8 @@ a committed base installed with its digest checked), per run (``train_run``), pe
 (``write_record``); a finished run or line is not redone, so a killed search resumes, and under
 ``--profile`` each run is a SLURM job. Everything lives under the file's ``work:`` folder:
 ``bases/``, ``runs/<trial>-<key>/<method>-s<seed>/`` (a run folder, beside it ``sweep_run.json``:
-UTC start and end, commit, machine, wall), ``trials/<trial>.json``, ``trials.jsonl``, ``trials.md``
+UTC start and end, commit, machine, wall), ``trials/<position>-<trial>.json`` (one line of the record
+per entry of the file), ``trials.jsonl``, ``trials.md``
 and ``steps.tar.xz`` (every run's metrics.jsonl and final.json, reproducibly packed, so a committed
 record's gates can be recomputed from the steps).
 
@@ -52,8 +53,9 @@ from pathlib import Path
 from typing import Any
 
 from rspo import base_pin
+from rspo.jsonl import read_json
 from rspo.preset import Preset
-from rspo.regime_gates import WINDOW, collapse_at, gate_measures, router_lr_change, trial_folder
+from rspo.regime_gates import WINDOW, gate_measures, router_lr_change, trial_folder
 from rspo.report.trials import drift_gate_table, gate_table, provenance_table, table
 from rspo.run_record import (
     FIRST_STEPS,
@@ -66,6 +68,7 @@ from rspo.run_record import (
     RunRecord,
     Steps,
     late_window,
+    onset,
     val_score,
 )
 from rspo.subcommand import rspo_argv
@@ -180,7 +183,7 @@ STAMP = "sweep_run.json"
 def run_summary(spec: SweepFile, trial: Trial, algo: str, seed: int) -> dict[str, Any]:
     """What the trial table and the gates read of one finished run (rspo.run_record)."""
     out = run_folder(spec, trial, algo, seed)
-    when = json.loads((out / STAMP).read_text()) if (out / STAMP).is_file() else {}
+    when = read_json(out / STAMP) if (out / STAMP).is_file() else {}
     wall = when.get("wall_s")
     record = RunRecord.open(out)
     val = list(record.steps.at(val_score()).items())
@@ -216,7 +219,7 @@ DIAGNOSTICS = {
     "all_wrong": "groups/all_wrong_frac",
     "distinct": "groups/distinct_responses",
     "entropy": "actor/entropy",
-    "step_s": "perf/step_s",
+    "step_s": STEP_S,
 }
 
 
@@ -305,7 +308,7 @@ def summarise(trial: Trial, runs: list[dict[str, Any]], base_wall: float, wall: 
             "max_gamma_clip": max(r["max_gamma_clip"] for r in rs),
             "max_pg_clipfrac": max(r["max_pg_clipfrac"] for r in rs),
             "collapsed": sum(r["collapsed"] for r in rs),
-            "collapse_steps": [collapse_at(r) for r in rs],
+            "collapse_steps": [onset(r) for r in rs],
             "n": len(rs),
             **{
                 k: statistics.mean(r[k] for r in rs) if all(r.get(k) is not None for r in rs) else None
@@ -328,7 +331,7 @@ def committed_base(spec: SweepFile, name: str) -> tuple[Path, str, str] | None:
     return None
 
 
-def bases_table(spec: SweepFile, work: Path, rows: list[dict[str, Any]] = ()) -> str:
+def bases_table(spec: SweepFile, rows: list[dict[str, Any]] = ()) -> str:
     """The bases of a sweep: the ones its trials (``rows``, done here or on other machines) ran on and
     any pretrained here; overrides, held-out greedy accuracy, pretraining time, weights. A committed
     base is read from its committed folder where this machine has not installed it."""
@@ -338,13 +341,13 @@ def bases_table(spec: SweepFile, work: Path, rows: list[dict[str, Any]] = ()) ->
     ]
     used = {r.get("base") for r in rows}
     for name, over in spec.bases.items():
-        summary = work / "bases" / f"{name}-{_key(over or {})}" / "pretrain.json"
+        summary = base_folder(spec, name) / "pretrain.json"
         committed = committed_base(spec, name)
         if not summary.is_file() and name in used and committed is not None:
             summary = committed[0] / "pretrain.json"
         if not summary.is_file():
             continue
-        data = json.loads(summary.read_text())
+        data = read_json(summary)
         weights = summary.parent / "model.safetensors"
         digest = base_pin.weights_sha256(weights.parent)[:16] + "…" if weights.is_file() else "-"
         recipe = " ".join(f"{k}={v}" for k, v in (over or {}).items() if k not in ("committed", "sha256"))
@@ -383,7 +386,7 @@ def write_tables(spec: SweepFile, work: Path, rows: list[dict[str, Any]], table_
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (
         "Pretrained bases\n\n"
-        + bases_table(spec, work, rows)
+        + bases_table(spec, rows)
         + "\nTrials (one line per trial, in the order run)\n\n"
         + table(rows)
     )
@@ -423,7 +426,7 @@ def trial_row(spec: SweepFile, index: int) -> dict[str, Any]:
     summary = base_folder(spec, trial.base) / "pretrain.json"
     base_wall = 0.0
     if first_on_base and committed_base(spec, trial.base) is None and summary.is_file():
-        base_wall = float(json.loads(summary.read_text()).get("wall_time_s", 0.0))
+        base_wall = float(read_json(summary).get("wall_time_s", 0.0))
     starts = [r["started_utc"] for r in runs if r["started_utc"]]
     ends = [r["ended_utc"] for r in runs if r["ended_utc"]]
     span = _utc(max(ends)) - _utc(min(starts)) if starts and ends else sum(r["wall_s"] for r in runs)
@@ -446,7 +449,7 @@ def write_record(spec: SweepFile, table_path: str | Path, steps_path: str | Path
     per-step metrics packed at ``steps_path``. -> the JSON lines' path."""
     work = Path(spec.work)
     done = [row_path(spec, line) for line in spec.lines()]
-    rows = [json.loads(path.read_text()) for path in done if path.is_file()]
+    rows = [read_json(path) for path in done if path.is_file()]
     if not rows:
         raise SweepError(f"{work}: no trial has finished (no {work / 'trials'}/<line>.json)")
     record = work / "trials.jsonl"

@@ -239,8 +239,8 @@ def test_the_bases_table_reads_a_committed_base_this_machine_has_not_installed(t
     bases = {"kept": {"committed": str(kept), "sha256": "0" * 64}}
     trials = [{"name": "t", "base": "kept", "steps": 1, "runs": {"gmpo": [0]}}]
     spec = load_sweep(write_sweep(tmp_path, bases=bases, trials=trials))
-    assert "| kept | committed:" in bases_table(spec, tmp_path / "work", [{"base": "kept"}])
-    assert "| kept |" not in bases_table(spec, tmp_path / "work", [])  # no trial ran on it: not listed
+    assert "| kept | committed:" in bases_table(spec, [{"base": "kept"}])
+    assert "| kept |" not in bases_table(spec, [])  # no trial ran on it: not listed
 
 
 def test_the_provenance_table_says_when_and_where_each_trial_ran_and_dashes_what_a_record_predates():

@@ -55,6 +55,7 @@ from rspo.run_record import (
     REWARD,
     ROUTING_AGREEMENT,
     Steps,
+    is_number,
 )
 
 METRIC_LABELS = {
@@ -97,10 +98,7 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
             f"missing metrics file: {path} (train the run first, or draw from the shipped runs: `make figures` "
             "unpacks them into results/<preset>-archive/runs, `make figure FIG=<name>` redraws one from there)"
         )
-    rows = {
-        step: {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        for step, row in Steps.parse(path).rows.items()
-    }
+    rows = {step: {k: float(v) for k, v in row.items() if is_number(v)} for step, row in Steps.parse(path).rows.items()}
     if not rows:
         raise ValueError(f"{path}: no metric lines")
     df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
