@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from rspo import base_pin
-from rspo.jsonl import read_json
+from rspo.jsonl import read_json, write_atomic, write_jsonl_atomic
 from rspo.preset import Preset
 from rspo.regime_gates import WINDOW, gate_measures, router_lr_change, trial_folder
 from rspo.report.trials import drift_gate_table, gate_table, provenance_table, table
@@ -172,7 +172,7 @@ def train_run(
         )
         wall = _run(cmd, out.parent / f"{algo}-s{seed}.log", threads)
         stamp = {"started_utc": started, "ended_utc": utc_now(), "commit": commit(), "machine": machine()}
-        (out / STAMP).write_text(json.dumps({**stamp, "wall_s": wall}))
+        write_atomic(out / STAMP, json.dumps({**stamp, "wall_s": wall}))
     return out
 
 
@@ -453,7 +453,7 @@ def write_record(spec: SweepFile, table_path: str | Path, steps_path: str | Path
     if not rows:
         raise SweepError(f"{work}: no trial has finished (no {work / 'trials'}/<line>.json)")
     record = work / "trials.jsonl"
-    record.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl_atomic(record, rows)
     write_tables(spec, work, rows, str(table_path))
     if steps_path:
         pack_steps(work, steps_path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rspo import sweep
 from rspo.config import ConfigError
+from rspo.jsonl import write_atomic
 from rspo.sweep_file import load_sweep
 
 
@@ -61,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.step == "row":
             if args.line not in spec.lines():
                 raise sweep.SweepError(f"no line {args.line!r}; the file's are {spec.lines()}")
-            path = sweep.row_path(spec, args.line)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(sweep.trial_row(spec, spec.lines().index(args.line))) + "\n")
+            row = sweep.trial_row(spec, spec.lines().index(args.line))
+            write_atomic(sweep.row_path(spec, args.line), json.dumps(row) + "\n")  # NaN kept: a 1-seed SD
         else:
             sweep.write_record(spec, args.table, args.steps)
     except (sweep.SweepError, ConfigError, RuntimeError) as e:
