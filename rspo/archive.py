@@ -1,5 +1,5 @@
-"""`python -m rspo archive pack|unpack|verify|merge`: a preset's run files as a compact, checksummed
-archive; a study run in pieces (``pack --seeds``) merged into one (``merge``).
+"""`python -m rspo archive pack|unpack|verify`: a preset's run files as a compact, checksummed
+archive (a study run in pieces, ``pack --seeds``, is merged into one by rspo.archive_pieces).
 
 An archive lets someone without the compute (or a colleague without a GPU) rebuild every table and
 figure of a study and browse its runs in MLflow, from exactly the files the report rules read:
@@ -22,15 +22,8 @@ and evaluations it holds, and per file its path, rows (lines), bytes and sha256,
 files the runs used (name, rows, sha256: what MLflow's dataset inputs record; the data
 themselves are not shipped, ``rspo generate`` rebuilds them).
 
-A study too long for one machine runs in pieces split by seed (both arms of a paired difference run
-on the same machine): each piece is packed with ``--seeds``; its manifest records the seeds, the
-commit and the base model's weights (``bases``: sha256 of each base pretrained here, where the
-weights are in the results). ``merge`` builds one archive from pieces and refuses pieces of
-different studies (preset name, digest, grid selection), from different bases, a run present in two
-pieces, or two versions of one shared file. A study may grow by a family after its pieces were packed:
-the new family's piece (``pack --families``, under a preset that differs only in ``default_families``
-and the regime search's records, ``GROWS``) comes last, may hold the paired arm's runs with the same
-bytes, and the merged archive is of its preset.
+A study run in pieces (``pack --seeds``) is merged into one archive by rspo.archive_pieces, which also
+relabels an archive whose study's regime search grew.
 
 ``unpack`` checks everything before it writes anything: the format and version, that the archive
 is of this preset (name and digest), the bundle's size and sha256, each member's tar header against
@@ -68,7 +61,7 @@ class ArchiveError(ValueError):
     pass
 
 
-def _sha256(data: bytes) -> str:
+def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -155,7 +148,7 @@ def unpacked_preset(results: str | Path, name: str) -> Path | None:
     return own_preset(source, name) if source else None
 
 
-def _bundle(members: dict[str, Path], mtimes: dict[str, int] | None = None) -> tuple[bytes, list[dict[str, Any]]]:
+def tar_bundle(members: dict[str, Path], mtimes: dict[str, int] | None = None) -> tuple[bytes, list[dict[str, Any]]]:
     """The xz tar of ``members`` (archive path -> file), sorted by path, and their manifest entries;
     each member's mtime is ``mtimes``' or its file's (when the job wrote it: mlflow-sync's run times)."""
     entries = []
@@ -165,7 +158,7 @@ def _bundle(members: dict[str, Path], mtimes: dict[str, int] | None = None) -> t
             data = members[rel].read_bytes()
             mtime = (mtimes or {}).get(rel, int(members[rel].stat().st_mtime))
             entries.append(
-                {"path": rel, "rows": _rows(data), "bytes": len(data), "sha256": _sha256(data), "mtime": mtime}
+                {"path": rel, "rows": _rows(data), "bytes": len(data), "sha256": sha256_of(data), "mtime": mtime}
             )
             info = tarfile.TarInfo(rel)
             info.size, info.mtime, info.mode = len(data), mtime, 0o644
@@ -176,7 +169,7 @@ def _bundle(members: dict[str, Path], mtimes: dict[str, int] | None = None) -> t
 def reproducible_tar(members: dict[str, Path]) -> bytes:
     """The xz tar of ``members`` (archive path -> file), sorted, every mtime 0 and mode 0644: the same
     files give the same bytes (rspo sweep's per-step pack)."""
-    return _bundle(members, dict.fromkeys(members, 0))[0]
+    return tar_bundle(members, dict.fromkeys(members, 0))[0]
 
 
 def base_digests(plan, results: Path) -> dict[str, str]:
@@ -207,7 +200,7 @@ def pack(
 
     results = Path(results)
     members = members_of(plan, results, Path(trials) if trials else None)
-    bundle, entries = _bundle(members)
+    bundle, entries = tar_bundle(members)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -222,7 +215,7 @@ def pack(
         "evals": sorted(
             e["path"].removeprefix("eval/").removesuffix(".json") for e in entries if e["path"].startswith("eval/")
         ),
-        "bundle": {"file": BUNDLE, "bytes": len(bundle), "sha256": _sha256(bundle)},
+        "bundle": {"file": BUNDLE, "bytes": len(bundle), "sha256": sha256_of(bundle)},
         "members": entries,
         "datasets": _datasets(members, results),
         "bases": base_digests(plan, results),
@@ -290,7 +283,7 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _checked_bundle(archive: Path, m: dict[str, Any]) -> Path:
+def _checkedtar_bundle(archive: Path, m: dict[str, Any]) -> Path:
     """The bundle's path once its size and sha256 match the manifest (read in chunks, before any
     decompression: a bundle larger than declared is refused without hashing it)."""
     bundle_path = archive / m["bundle"]["file"]
@@ -304,12 +297,12 @@ def _checked_bundle(archive: Path, m: dict[str, Any]) -> Path:
     return bundle_path
 
 
-def _stream_members(archive: Path, m: dict[str, Any], sink=None) -> None:
+def stream_members(archive: Path, m: dict[str, Any], sink=None) -> None:
     """Check every member against the manifest while streaming it; ``sink(rel, chunk)`` receives
     its bytes. A member's tar header (type, name, size) is compared with its manifest entry before
     any of its data is read, so a member the manifest does not list, or one of another size, is
     refused without being expanded; sha256 and rows are computed chunk by chunk."""
-    bundle_path = _checked_bundle(archive, m)
+    bundle_path = _checkedtar_bundle(archive, m)
     declared = {e["path"]: e for e in m["members"]}
     seen: set[str] = set()
     try:
@@ -357,7 +350,7 @@ def _stream_members(archive: Path, m: dict[str, Any], sink=None) -> None:
 def verify(archive: str | Path, preset: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check an archive without writing anything; -> its manifest."""
     m = read_manifest(archive, preset)
-    _stream_members(Path(archive), m)
+    stream_members(Path(archive), m)
     return m
 
 
@@ -394,7 +387,7 @@ def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dic
             handles[rel].write(chunk)
 
         try:
-            _stream_members(archive, m, sink)
+            stream_members(archive, m, sink)
         finally:
             for f in handles.values():
                 f.close()
@@ -412,185 +405,3 @@ def unpack(archive: str | Path, preset: dict[str, Any], into: str | Path) -> dic
             tmp.rename(dst)  # a member exists whole or not at all
     (into / MANIFEST).write_text(json.dumps({**m, "source": str(archive.resolve())}, indent=1) + "\n")
     return m
-
-
-# ---------------------------------------------------------------------------- pieces
-
-REMEASURED = ("bench.json", "eval/base/")
-"""Members every piece of a study measures again (timings, the base model's evaluation and its wall
-time), so two pieces' versions differ even on one machine: a merge keeps the first piece's."""
-
-
-def _same_run(run: str, a: dict[str, str], b: dict[str, str]) -> bool:
-    """Whether two pieces' manifests (path -> sha256) hold run ``run`` with the same files and bytes."""
-    mine = lambda files: {p: h for p, h in files.items() if p.startswith((f"runs/{run}/", f"eval/{run}/"))}  # noqa: E731
-    return mine(a) == mine(b)
-
-
-GROWS = ("default_families", "regime_trials")
-"""What a study may add between its pieces: a family of runs, and the later rounds of its regime search
-(the records the claims table reads). Never its primary family, fixed before its first run."""
-
-
-def _check_growth(manifests: list[tuple[Path, dict[str, Any]]]) -> None:
-    """Pieces of a study that grew after its first pieces were packed: each piece's preset (its copy
-    beside the bundle) is the last piece's but for ``GROWS``, and the last
-    piece's preset selects every family any piece ran (its default selection, or the ``--families``
-    it was packed with). Raises ArchiveError naming what differs."""
-    from rspo.plan import preset_digest
-
-    last_path, last = manifests[-1]
-    presets = {}
-    for path, m in manifests:
-        kept = own_preset(path, m["preset"])
-        if kept is None:
-            raise ArchiveError(f"{path}: a piece of another preset version has no copy of its preset to compare")
-        presets[path] = Preset.load(kept).data
-        if preset_digest(presets[path], "report") != m["preset_digest"]:
-            raise ArchiveError(
-                f"{path} and {last_path} are pieces of different studies: preset_digest {m['preset_digest']!r} "
-                f"is not that of the piece's own preset copy {kept}"
-            )
-    final = presets[last_path]
-    selected = set(final.get("default_families") or [])
-    for path, m in manifests:
-        mine = presets[path]
-        differ = sorted(k for k in set(mine) | set(final) if k not in GROWS and mine.get(k) != final.get(k))
-        if differ:
-            raise ArchiveError(
-                f"{path} and {last_path} are pieces of different studies: their presets differ in "
-                f"{', '.join(differ)} (pieces may differ only in {' and '.join(GROWS)}: a study that grew)"
-            )
-        ran = set(m.get("families") or presets[path].get("default_families") or [])
-        if not ran <= selected:
-            raise ArchiveError(
-                f"{path} ran families {sorted(ran - selected)} that the last piece's preset ({last_path}) "
-                f"does not select (default_families {sorted(selected)}): the newest preset comes last"
-            )
-
-
-def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
-    """One archive in ``out`` from archives of pieces of one study (``pack`` with a seed selection),
-    each checked whole first: refused when the pieces come from other presets or other versions of
-    one (name, digest, grid selection), from other base models (``bases``: the weights' sha256), when
-    a run is in two pieces, or when two pieces hold different bytes under one path, except the files
-    every piece measures anew (``REMEASURED``: the benchmark's timings, the base model's evaluation with
-    its wall time): of those the first piece's is kept and the others' sha256 are listed under
-    ``shared`` (the pieces' own archives keep them). The merged manifest lists each piece (seeds,
-    commit, when packed); the preset copy of the first piece is kept.
-
-    A study may grow by a family after its first pieces were packed (the stop-gradient arm beside the
-    shipped plug-in runs): a piece packed with ``--families`` under a preset that differs from the
-    earlier pieces' only in ``default_families`` comes last (``_check_growth``), and may hold runs of
-    earlier pieces with the same bytes (the paired arm it was trained beside, copied from the shipped
-    archive); the merged archive is of the last piece's preset, its default selection."""
-    import shutil
-    import tempfile
-
-    if len(pieces) < 2:
-        raise ArchiveError("merge needs two pieces or more")
-    manifests = [(Path(p), read_manifest(p)) for p in pieces]
-    first_path, first = manifests[0]
-    last_path, last = manifests[-1]
-    grown = any(m.get(k) != last.get(k) for _, m in manifests for k in ("preset_digest", "families"))
-    for path, m in manifests[1:]:
-        for key in ("preset", "full") if grown else ("preset", "preset_digest", "full", "families"):
-            if m.get(key) != first.get(key):
-                raise ArchiveError(
-                    f"{path} and {first_path} are pieces of different studies: "
-                    f"{key} {m.get(key)!r} vs {first.get(key)!r}"
-                )
-    if grown:
-        _check_growth(manifests)
-    for path, m in manifests[1:]:
-        bases = m.get("bases") or {}
-        for base, digest in (first.get("bases") or {}).items():
-            if base in bases and bases[base] != digest:
-                raise ArchiveError(
-                    f"{path} and {first_path} started from different base models ({base}: weights sha256 "
-                    f"{bases[base][:12]} vs {digest[:12]}): their paired runs are not one study"
-                )
-    owner: dict[str, Path] = {}
-    files = {path: {e["path"]: e["sha256"] for e in m["members"]} for path, m in manifests}
-    for path, m in manifests:
-        for run in m["runs"]:
-            if run in owner and not (grown and _same_run(run, files[owner[run]], files[path])):
-                raise ArchiveError(f"run {run} is in two pieces: {owner[run]} and {path}")
-            owner.setdefault(run, path)
-    entries: dict[str, dict[str, Any]] = {}
-    source: dict[str, Path] = {}  # member -> the piece whose bytes the merged archive keeps
-    shared: dict[str, dict[str, Any]] = {}  # measured anew by several pieces: the versions not kept
-    for path, m in manifests:
-        for e in m["members"]:
-            seen = entries.get(e["path"])
-            if seen is None:
-                entries[e["path"]], source[e["path"]] = e, path
-            elif seen["sha256"] != e["sha256"]:
-                if not e["path"].startswith(REMEASURED):
-                    raise ArchiveError(
-                        f"the pieces hold different versions of {e['path']} ({path} and {source[e['path']]})"
-                    )
-                record = shared.setdefault(e["path"], {"kept": str(source[e["path"]]), "others": []})
-                record["others"].append({"piece": str(path), "sha256": e["sha256"]})
-    datasets: dict[str, Any] = {}
-    for path, m in manifests:
-        for rel, ds in (m.get("datasets") or {}).items():
-            if rel in datasets and datasets[rel].get("sha256") != ds.get("sha256"):
-                raise ArchiveError(f"the pieces used different data files {rel} ({path} and another piece)")
-            datasets[rel] = ds
-    with tempfile.TemporaryDirectory(prefix="rspo-merge-") as staging:
-        staging = Path(staging)
-        handles: dict[str, Any] = {}
-
-        def sink(rel: str, chunk: bytes) -> None:
-            if rel not in handles:
-                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-                handles[rel] = (staging / rel).open("wb")
-            handles[rel].write(chunk)
-
-        try:
-            for path, m in manifests:  # every member checked against its piece's manifest
-                _stream_members(
-                    path, m, lambda rel, chunk, path=path: sink(rel, chunk) if source[rel] == path else None
-                )
-                for f in handles.values():
-                    f.close()
-                handles.clear()
-        finally:
-            for f in handles.values():
-                f.close()
-        for rel in entries:
-            (staging / rel).touch()  # an empty member has no chunk
-        bundle, merged = _bundle(
-            {rel: staging / rel for rel in entries}, {rel: e["mtime"] for rel, e in entries.items()}
-        )
-    header = last if grown else first
-    manifest = {
-        **{k: header[k] for k in ("format", "version", "preset", "preset_digest", "full")},
-        "families": None if grown else first["families"],
-        "seeds": sorted({s for _, m in manifests for s in m.get("seeds", [])}),
-        "git_commit": sorted({m.get("git_commit") for _, m in manifests if m.get("git_commit")}),
-        "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "pieces": [
-            {"seeds": m.get("seeds"), "git_commit": m.get("git_commit"), "packed": m.get("packed"), "from": str(path)}
-            for path, m in manifests
-        ],
-        "runs": sorted(owner),
-        "evals": sorted({ev for _, m in manifests for ev in m.get("evals", [])}),
-        "bundle": {"file": BUNDLE, "bytes": len(bundle), "sha256": _sha256(bundle)},
-        "members": merged,
-        "datasets": datasets,
-        "bases": {k: v for _, m in manifests for k, v in (m.get("bases") or {}).items()},
-        **({"shared": shared} if shared else {}),
-    }
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    kept = own_preset(last_path if grown else first_path, first["preset"])
-    if kept is not None:
-        shutil.copyfile(kept, out / kept.name)
-    (out / BUNDLE).write_bytes(bundle)
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    return manifest
-
-
-# ---------------------------------------------------------------------------- command line

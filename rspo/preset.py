@@ -11,7 +11,8 @@
     preset.architecture("math")          # the architecture of a task's model pretrained here
     preset.resources("train")            # `resources.train`: the settings it gives (rspo.plan adds defaults)
     preset.base_pin                      # `base_model:` (path, sha256) of a committed base, or None
-    preset.regime_trials                 # `regime_trials:`, the regime search's records (Paths), or ()
+    preset.regime_trials                 # `regime_trials:`, the regime search's sweep files (Paths), or ()
+    preset.regime_records()              # their committed records (trials.jsonl Paths), each checked
 
 The defaults of the training settings are the dataclasses' of ``rspo.config`` (a value a command
 needs from `rl:` is read from ``rl(...)``, never from the YAML with a default of its own), and the
@@ -130,13 +131,37 @@ class Preset:
 
     @property
     def regime_trials(self) -> tuple[Path, ...]:
-        """`regime_trials:`, the records of the regime search (one path or a list, in the order the rounds
-        ran; a relative path starts at ``root``); () when unset."""
+        """`regime_trials:`, the sweep files of the regime search (one path or a list, in the order the
+        rounds ran; a relative path starts at ``root``); () when unset."""
         value = self.data.get("regime_trials")
         if value is None:
             return ()
         paths = [Path(str(v)) for v in ([value] if isinstance(value, str) else value)]
         return tuple(p if p.is_absolute() else self.root / p for p in paths)
+
+    def regime_records(self) -> tuple[Path, ...]:
+        """The committed records of `regime_trials:` (each sweep file's ``record:``, its trials.jsonl), in
+        the same order, each checked to hold trials of its file (rspo.sweep_file); a ConfigError names
+        the sweep file and what is wrong (no such file, no ``record:``, no record there, a line of
+        another search)."""
+        from rspo.jsonl import iter_jsonl
+        from rspo.sweep_file import load_sweep
+
+        records = []
+        for sweep in self.regime_trials:
+            try:
+                spec = load_sweep(sweep)  # its errors name the file
+                try:
+                    record = spec.record_file(self.root)
+                    if not record.is_file():
+                        raise ConfigError(f"record: {record.parent} holds no trials.jsonl (its committed record)")
+                    spec.check_record([row for _, row in iter_jsonl(record)], record)
+                except ValueError as e:  # a ConfigError, or a record line that is not a JSON object
+                    raise ConfigError(f"{sweep}: {e}") from None
+            except ConfigError as e:
+                raise ConfigError(f"{self.path or self.name}: regime_trials: {e}") from None
+            records.append(record)
+        return tuple(records)
 
     @property
     def pretrains(self) -> bool:

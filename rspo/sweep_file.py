@@ -3,6 +3,7 @@ ConfigError that names its key, like a preset's sections (rspo.constraints).
 
     preset: configs/small.yaml          # the preset whose rl: section each trial overrides
     work: results/sweeps/small-round5   # where the workflow's trial jobs write (rspo.sweep)
+    record: docs/results/trials/small-round5   # where its record is committed (a preset's regime_trials)
     val_every: 20                       # greedy validation every this many steps ...
     val_size: 200                       # ... on the first this many `val` problems
     bases:                              # pretrained bases by name: pretrain overrides of the preset,
@@ -94,6 +95,12 @@ class SweepFile(Section):
     trials: tuple[Trial, ...] = setting(REQUIRED, nonempty=True)
     val_every: int = setting(10, ge=1)
     val_size: int = setting(200, ge=1)
+    record: str | None = setting(None, nonempty=True)
+    """The folder of this search's committed record (``trials.jsonl``, ``trials.md`` and, where its trials
+    have a router-lr schedule, ``steps.tar.xz``), relative to the repository root: what the claims table
+    reads where a preset's ``regime_trials:`` names this file. `make trials` writes the record under
+    ``work``; committing it is copying it here. Unset: the file has no committed record, and no preset
+    may name it."""
 
     def checks(self, prefix: str) -> None:
         for name, over in self.bases.items():
@@ -122,6 +129,29 @@ class SweepFile(Section):
         if not found:
             raise ConfigError(f"no trial {name!r}; the file's trials are {[t.name for t in self.trials]}")
         return found[0]
+
+    def record_file(self, root: Path) -> Path:
+        """The committed record's ``trials.jsonl`` (``record`` relative to ``root``, the repository root)."""
+        if self.record is None:
+            raise ConfigError("record: unset (the folder of the search's committed record)")
+        folder = Path(self.record)
+        return (folder if folder.is_absolute() else root / folder) / "trials.jsonl"
+
+    def check_record(self, rows: list[dict[str, Any]], where: str | Path) -> None:
+        """Every line of a record (``rows``, read from ``where``) is a trial of this file, with the base,
+        steps and setting the file gives it: a record of another search is refused, naming the line."""
+        names = {t.name for t in self.trials}
+        for i, row in enumerate(rows, 1):
+            name = row.get("name")
+            if name not in names:
+                raise ConfigError(f"{where}, line {i}: trial {name!r} is not one of the sweep file's {sorted(names)}")
+            t = self.trial(name)
+            ran = (row.get("base"), row.get("steps"), list(row.get("set") or []))
+            if ran != (t.base, t.steps, list(t.set)):
+                raise ConfigError(
+                    f"{where}, line {i}: trial {name!r} ran base {ran[0]!r}, {ran[1]} steps, set {ran[2]}; "
+                    f"the sweep file gives base {t.base!r}, {t.steps} steps, set {list(t.set)}"
+                )
 
     def lines(self) -> list[str]:
         """The record's line names, one per entry in the file's order: ``<position>-<name>``."""

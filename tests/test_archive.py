@@ -556,7 +556,8 @@ def remeasure(path, key):
 
 
 def test_a_study_packed_in_pieces_by_seed_merges_into_the_archive_of_the_whole(tmp_path):
-    from rspo.archive import merge, unpack, verify
+    from rspo.archive import unpack, verify
+    from rspo.archive_pieces import merge
 
     shipped, manifest, plan, (a, b) = _pieces(tmp_path)
     ma, mb = json.loads((a / "archive.json").read_text()), json.loads((b / "archive.json").read_text())
@@ -582,7 +583,8 @@ def test_a_study_packed_in_pieces_by_seed_merges_into_the_archive_of_the_whole(t
 def test_merging_refuses_pieces_of_other_studies_other_bases_and_a_run_twice(tmp_path):
     import shutil
 
-    from rspo.archive import ArchiveError, merge
+    from rspo.archive import ArchiveError
+    from rspo.archive_pieces import merge
 
     _, _, _, (a, b) = _pieces(tmp_path)
     with pytest.raises(ArchiveError, match=r"run \S+ is in two pieces"):
@@ -629,7 +631,8 @@ def test_a_study_that_grew_by_a_family_merges_with_its_new_piece_last(tmp_path):
     Refused: the new piece not last, a preset that differs in more, a shared run with other bytes."""
     import shutil
 
-    from rspo.archive import merge, unpack, verify
+    from rspo.archive import unpack, verify
+    from rspo.archive_pieces import merge
 
     shipped, manifest, plan, (a, b) = _pieces(tmp_path)
 
@@ -659,7 +662,7 @@ def test_a_study_that_grew_by_a_family_merges_with_its_new_piece_last(tmp_path):
     unpack(tmp_path / "merged", whole.preset, tmp_path / "again")
     with pytest.raises(ArchiveError, match=r"ran families \['stop_gradient'\] that the last piece's preset"):
         merge([tmp_path / "piece-sg", a, b], tmp_path / "x")
-    later = grown_preset("later", regime_trials=["docs/results/small-round5/trials.jsonl"])  # the search grew too
+    later = grown_preset("later", regime_trials=["configs/sweeps/small-round5.yaml"])  # the search grew too
     pack(Plan.from_file(later, families=["stop_gradient"]), results, tmp_path / "piece-l", preset_file=later)
     assert merge([a, b, tmp_path / "piece-l"], tmp_path / "merged-l")["runs"] == merged["runs"]
     other = grown_preset("other", seeds=[0, 1, 2, 3])
@@ -678,7 +681,7 @@ def test_the_shipped_study_is_the_merge_of_its_committed_pieces(tmp_path, monkey
     """docs/results/small is what `rspo archive merge` builds from the pieces committed under
     docs/results/small-pieces (each run by `make piece`), and those pieces are the preset's whole
     design: every run of configs/small.yaml's default target, with the preset's seeds."""
-    from rspo.archive import merge
+    from rspo.archive_pieces import merge
 
     shipped = ROOT / "docs" / "results" / "small"
     manifest = json.loads((shipped / "archive.json").read_text())

@@ -42,7 +42,7 @@ def pinned_preset(tmp_path: Path, base: Path) -> Path:
 def test_the_small_preset_pins_the_committed_base():
     preset = Preset.load(ROOT / "configs" / "small.yaml")
     folder = base_pin.pinned_dir(preset)
-    assert folder == ROOT / "docs" / "results" / "small-base" / "base"
+    assert folder == ROOT / "docs" / "results" / "bases" / "small" / "base"
     assert base_pin.weights_sha256(folder) == preset.base_pin.sha256
     base_pin.check(preset, folder)  # no error
     assert Preset.load(ROOT / "configs" / "smoke.yaml").base_pin is None  # smoke pretrains its own

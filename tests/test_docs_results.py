@@ -15,16 +15,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 
+ROLES = ("bases", "trials")
+"""Folders that group items by role: each folder under them is one item (a committed base, a search's
+record). Every other folder under docs/results is an item itself (a shipped archive, a measurement)."""
+
 READERS = {
     "small": "tests/test_archive.py::test_a_fresh_clone_rebuilds_every_committed_small_result_byte_for_byte",
     "small-3seed": "tests/test_claims.py::test_the_earlier_studys_runs_under_todays_rule",
-    "small-base": "tests/test_base_pin.py::test_the_small_preset_pins_the_committed_base",
     "small-pieces": "tests/test_archive.py::test_the_shipped_study_is_the_merge_of_its_committed_pieces",
     "small-mismatch": "tests/test_docs_results.py::test_the_mismatch_screen_tables_rebuild_from_its_runs",
-    "small-round3": "tests/test_docs_results.py::test_each_trial_record_rebuilds_its_tables",
-    "small-round4": "tests/test_docs_results.py::test_each_trial_record_rebuilds_its_tables",
-    "small-round5": "tests/test_docs_results.py::test_each_trial_record_rebuilds_its_tables",
     "vllm": "tests/test_docs_results.py::test_the_vllm_side_by_side_tables_rebuild_from_its_json",
+    "bases/small": "tests/test_base_pin.py::test_the_small_preset_pins_the_committed_base",
+    "bases/small-any": "tests/test_sweep_file.py::test_every_committed_base_of_a_sweep_file_is_there_with_its_digest",
+    "trials/small-round3": "tests/test_docs_results.py::test_each_trial_record_rebuilds_its_tables",
+    "trials/small-round4": "tests/test_docs_results.py::test_each_trial_record_rebuilds_its_tables",
+    "trials/small-round5": "tests/test_docs_results.py::test_each_trial_record_rebuilds_its_tables",
 }
 
 
@@ -34,7 +39,12 @@ def _tests_in(path: Path) -> set[str]:
 
 
 def test_every_folder_under_docs_results_has_a_reader():
-    folders = {p.name for p in RESULTS.iterdir() if p.is_dir()}
+    folders = {
+        str(p.relative_to(RESULTS))
+        for top in RESULTS.iterdir()
+        if top.is_dir()
+        for p in (sorted(x for x in top.iterdir() if x.is_dir()) if top.name in ROLES else [top])
+    }
     assert folders == set(READERS), (
         f"folders without a reader: {sorted(folders - set(READERS))}; readers of absent folders: "
         f"{sorted(set(READERS) - folders)}"
@@ -43,7 +53,7 @@ def test_every_folder_under_docs_results_has_a_reader():
         path, name = reader.split("::")
         assert name in _tests_in(ROOT / path), f"{folder}: its reader {reader} does not exist"
         source = (ROOT / path).read_text()
-        assert folder in source, f"{folder}: {path} does not name it"
+        assert Path(folder).name in source, f"{folder}: {path} does not name it"
 
 
 @pytest.mark.parametrize("record", ["small-round3", "small-round4", "small-round5"])
@@ -53,9 +63,9 @@ def test_each_trial_record_rebuilds_its_tables(record):
     from rspo.regime_gates import plugin_outcomes, read_trials, record_steps
     from rspo.report.trials import drift_gate_table, gate_table, table
 
-    path = RESULTS / record / "trials.jsonl"
+    path = RESULTS / "trials" / record / "trials.jsonl"
     rows = read_trials(path)
-    text = (RESULTS / record / "trials.md").read_text()
+    text = (path.parent / "trials.md").read_text()
     assert table(rows) in text
     if plugin_outcomes(rows):
         assert gate_table(rows) in text

@@ -92,6 +92,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "rspo.regime_gates",
             "rspo.mlflow_sync",
             "rspo.archive",
+            "rspo.archive_pieces",
             "rspo.fetch_data",
             "rspo.gpu_memory.simulate",
             "rspo.gpu_memory.preflight",

@@ -53,6 +53,23 @@ def _record(path: Path, grpo_meets: bool) -> Path:
     return path
 
 
+def _sweep(record: Path) -> Path:
+    """A sweep file whose committed record is ``record`` (its folder, `record:`), with the trials its lines
+    ran (their ``runs_spec``): what a preset's `regime_trials:` names. A record that is not there gets a
+    sweep file of one trial."""
+    import yaml
+
+    rows = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
+    trials = [
+        {"name": r["name"], "base": r["base"], "steps": r["steps"], "set": r["set"], "runs": r["runs_spec"]}
+        for r in rows
+    ] or [{"name": "t", "base": "b", "steps": 10, "runs": {"grpo": [0]}}]
+    sweep = record.parent.with_name(f"{record.parent.name}-sweep.yaml")
+    spec = {"preset": "configs/small.yaml", "work": str(record.parent / "work"), "record": str(record.parent)}
+    sweep.write_text(yaml.safe_dump({**spec, "bases": {"b": {}}, "trials": trials}))
+    return sweep
+
+
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("earlier")
@@ -65,7 +82,7 @@ def earlier(tmp_path_factory):
 
 def _rows(earlier, record: Path | None):
     manifest, preset, tmp = earlier
-    data = dict(preset, regime_trials=str(record)) if record else preset
+    data = dict(preset, regime_trials=str(_sweep(record))) if record else preset
     plan = Plan(data, seeds=manifest["seeds"], families=manifest["families"])
     rows = claims.collect(plan, tmp / "eval", tmp / "runs", tmp / "bench.json")
     return {(r.claim.key, r.claim.measure, r.regime, r.kind): r for r in rows}
@@ -73,7 +90,8 @@ def _rows(earlier, record: Path | None):
 
 def test_rows_of_a_gate_no_trial_met_read_not_testable_at_this_scale(earlier, tmp_path):
     before = _rows(earlier, None)
-    after = _rows(earlier, _record(tmp_path / "trials.jsonl", grpo_meets=True))
+    (tmp_path / "r").mkdir()
+    after = _rows(earlier, _record(tmp_path / "r" / "trials.jsonl", grpo_meets=True))
     assert before.keys() == after.keys()
     guarded = {k for k in after if k[3] == "verdict" and (k[0] in SEC3 or k[0] in ("rs-gspo", "rs-gmpo"))}
     assert {k[2] for k in guarded} == {"natural", "stress", "mismatch"} and len(guarded) > 10
@@ -111,21 +129,38 @@ def test_rows_of_a_gate_no_trial_met_read_not_testable_at_this_scale(earlier, tm
             assert r.verdict_text == before[k].verdict_text, k
 
 
-def test_a_met_gate_guards_nothing_and_a_missing_record_is_named(earlier, tmp_path):
-    record = _record(tmp_path / "trials.jsonl", grpo_meets=False)
+def test_a_met_gate_guards_nothing_and_a_missing_or_foreign_record_is_named(earlier, tmp_path):
+    """A sweep file without its record, or whose record holds a trial it does not define (another name,
+    other steps), is refused naming the preset key, the file and the line."""
+    from rspo.config import ConfigError
+
+    (tmp_path / "r").mkdir()
+    record = _record(tmp_path / "r" / "trials.jsonl", grpo_meets=False)
     after = _rows(earlier, record)
     assert after[("rs-grpo", "reward", "stress", "verdict")].verdict == NOT_TESTABLE  # GRPO+freeze collapsed
-    from rspo.regime_gates import TrialsError
-
-    with pytest.raises(TrialsError, match="absent.jsonl: no such file"):
-        _rows(earlier, tmp_path / "absent.jsonl")
+    with pytest.raises(ConfigError, match=r"regime_trials: .*absent holds no trials.jsonl"):
+        _rows(earlier, tmp_path / "absent" / "trials.jsonl")
+    sweep = _sweep(record)
+    record.write_text(record.read_text().replace('"steps": 150', '"steps": 120', 1))
+    plan = Plan(dict(earlier[1], regime_trials=str(sweep)), seeds=earlier[0]["seeds"])
+    with pytest.raises(ConfigError, match=r"trials.jsonl, line 1: trial 't1' ran base 'b', 120 steps"):
+        plan.spec.regime_records()
+    record.write_text(record.read_text().replace('"name": "t1"', '"name": "t9"', 1))
+    with pytest.raises(ConfigError, match=r"line 1: trial 't9' is not one of the sweep file's \['t1', 't1-freeze'\]"):
+        plan.spec.regime_records()
+    sweep.write_text(sweep.read_text().replace("record:", "recorded:"))
+    with pytest.raises(ConfigError, match="recorded"):
+        plan.spec.regime_records()
 
 
 def test_the_small_presets_search_met_no_gate():
-    """configs/small.yaml names round 4's record; no trial of it met the Sec. 3 gate or any P(X)."""
+    """configs/small.yaml names rounds 3-4's sweep file, whose committed record is round 4's; no trial of
+    it met the Sec. 3 gate or any P(X)."""
     preset = Preset.load(ROOT / "configs" / "small.yaml")
-    assert preset.regime_trials[0] == ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
-    out = search_outcome(read_trials(preset.regime_trials[0]))
+    assert preset.regime_trials[0] == ROOT / "configs" / "sweeps" / "small.yaml"
+    record = preset.regime_records()[0]
+    assert record == ROOT / "docs" / "results" / "trials" / "small-round4" / "trials.jsonl"
+    out = search_outcome(read_trials(record))
     assert all(not g.found for g in out.values()), {k: g.met for k, g in out.items()}
     assert len(out["grpo"].judged) >= 9 and len(out["sec3"].judged) >= 9
 
@@ -151,7 +186,7 @@ def test_grpo_collapses_is_not_reproduced_only_where_grpo_never_collapsed_alone(
     alone = dict(t, runs=[_run("grpo", 0, collapse=60), _run("gmpo", 0)])
     assert not_reproduced([t, alone], "here") is None
     assert not_reproduced([dict(t, runs=[_run("grpo", 0, collapse=60)])], "here") is None
-    record = ROOT / "docs" / "results" / "small-round4" / "trials.jsonl"
+    record = ROOT / "docs" / "results" / "trials" / "small-round4" / "trials.jsonl"
     assert not_reproduced(read_trials(record), "trials.jsonl in small-round4") == (
         "on the searched axes (router lr from step 0 ×100-×200; mini-batches of 2, 4 prompts; 2 bases; "
         "trials.jsonl in small-round4): in none of the 9 trials that ran GRPO and GMPO did GRPO collapse while "
@@ -218,7 +253,9 @@ def test_several_records_are_read_together_with_round_5s_steps(earlier, tmp_path
     after = _rows(earlier, None)
     manifest, preset, tmp = earlier
     plan = Plan(
-        dict(preset, regime_trials=[str(round4), str(round5)]), seeds=manifest["seeds"], families=manifest["families"]
+        dict(preset, regime_trials=[str(_sweep(round4)), str(_sweep(round5))]),
+        seeds=manifest["seeds"],
+        families=manifest["families"],
     )
     guarded = {
         (r.claim.key, r.claim.measure, r.regime, r.kind): r
@@ -237,14 +274,14 @@ def test_several_records_are_read_together_with_round_5s_steps(earlier, tmp_path
 
 
 def test_round_5s_record_recomputes_its_gates_from_its_shipped_steps():
-    """docs/results/small-round5 ships every run's per-step metrics: its gate table is what the gates
+    """docs/results/trials/small-round5 ships every run's per-step metrics: its gate table is what the gates
     compute from them, and, as registered, no gate was met (L(X) failed on L1 by one seed, D on D0 and
     D2). The small preset reads both rounds' records."""
     from rspo.regime_gates import drift_outcomes, steps_in_pack
     from rspo.report.regime_search import searches
     from rspo.report.trials import drift_gate_table
 
-    record = ROOT / "docs" / "results" / "small-round5" / "trials.jsonl"
+    record = ROOT / "docs" / "results" / "trials" / "small-round5" / "trials.jsonl"
     rows, steps = read_trials(record), steps_in_pack(record.parent / "steps.tar.xz")
     assert drift_gate_table(rows, steps) in (record.parent / "trials.md").read_text()
     outcomes = {(t["name"], gate, x): g["outcome"] for t, gate, x, g in drift_outcomes(rows, steps)}
@@ -254,6 +291,6 @@ def test_round_5s_record_recomputes_its_gates_from_its_shipped_steps():
         ("r5b-ramp-x150", "D", "grpo"): "fails: D0, D2",
     }
     assert all(t["commit"] and t["started_utc"] < t["ended_utc"] for t in rows)  # provenance of each trial
-    found, _, where = searches(Preset.load(ROOT / "configs" / "small.yaml").regime_trials)
+    found, _, where = searches(Preset.load(ROOT / "configs" / "small.yaml").regime_records())
     assert where == "trials.jsonl in small-round4, trials.jsonl in small-round5"
     assert not any(g.found for g in found.values())

@@ -80,7 +80,7 @@ def test_the_whole_files_schema_comes_from_the_sections():
     assert PresetSpec.default("seeds") == (0,) and PresetSpec.default("threads") == 1
 
 
-def test_default_families_may_name_a_regimes_family_and_regime_trials_a_record():
+def test_default_families_may_name_a_regimes_family_and_regime_trials_its_sweep_files():
     """`default_families:` takes grid families and regime families (mismatch_routing: the small study's
     design); a misspelt one and an empty `regime_trials:` are refused with the key, by the schema."""
     from pathlib import Path

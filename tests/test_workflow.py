@@ -110,7 +110,7 @@ def test_a_fresh_clone_plans_the_whole_study(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     counts = job_counts(r.stdout)
     assert counts.get("install_base", 0) == 1 and counts.get("train", 0) >= 1, counts
-    assert (clone / "docs" / "results" / "small-base" / "base" / "model.safetensors").is_file()
+    assert (clone / "docs" / "results" / "bases" / "small" / "base" / "model.safetensors").is_file()
     rebuild = snakemake(clone, "-n", "--cores", "2", "--config", "rebuild_base=true")  # `make base`
     assert "install_base" not in job_counts(rebuild.stdout) and job_counts(rebuild.stdout)["pretrain"] == 1
 

@@ -1,6 +1,7 @@
-"""`python -m rspo archive pack|unpack|verify|merge`: a preset's run files as a compact, checksummed
-archive (of a selection of seeds: a piece of the study), such an archive checked and unpacked into
-results/<preset>, or the pieces of a study merged into one archive (`rspo.archive`)."""
+"""`python -m rspo archive pack|unpack|verify|merge|relabel`: a preset's run files as a compact,
+checksummed archive (of a selection of seeds: a piece of the study), such an archive checked and
+unpacked into results/<preset> (`rspo.archive`), the pieces of a study merged into one archive, or an
+archive given the preset of its study as its regime search grew (`rspo.archive_pieces`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from rspo.archive import ArchiveError, merge, pack, unpack, verify
+from rspo.archive import ArchiveError, pack, unpack, verify
+from rspo.archive_pieces import merge, relabel
 from rspo.commands import preset_path
 from rspo.config import ConfigError
 
@@ -36,10 +38,31 @@ def main(argv: list[str] | None = None) -> int:
     mg = sub.add_parser("merge", help="one archive from the archives of a study's pieces (pack --seeds)")
     mg.add_argument("pieces", nargs="+", help="archive folders of the pieces")
     mg.add_argument("--out", required=True, help="the merged archive's folder")
+    r = sub.add_parser(
+        "relabel", help="give an archive a later version of its preset (the regime search grew): same runs"
+    )
+    r.add_argument("archive", help="archive folder (holding archive.json and its preset copy)")
+    r.add_argument("--preset", required=True, help="the preset file it is relabelled with (configs/<p>.yaml)")
     v = sub.add_parser("verify", help="check an archive against the preset without writing anything")
     v.add_argument("archive")
     v.add_argument("--preset", required=True, help="configs/<p>.yaml or a preset name")
     args = ap.parse_args(argv)
+    if args.cmd == "relabel":
+        try:
+            m = relabel(args.archive, preset_path(args.preset))
+        except (ArchiveError, ConfigError, OSError) as e:
+            print(f"rspo archive: {e}", file=sys.stderr)
+            return 2
+        print(
+            json.dumps(
+                {
+                    "archive": args.archive,
+                    "preset_digest": m["preset_digest"],
+                    "relabelled": len(m.get("relabelled", [])),
+                }
+            )
+        )
+        return 0
     if args.cmd == "merge":
         try:
             m = merge(args.pieces, args.out)

@@ -211,7 +211,7 @@ def collect(
         claim = next(c for c in claim_rows(plan.default_gamma, total) if c.measure == "throughput")
         rows.append(judge(claim, "benchmark", [float(x) - claim.threshold for x in ratios], 0.0, seeds=False))
     rows = no_harm(rows, mismatch_cost(plan, Path(runs_dir)))
-    records = plan.spec.regime_trials
+    records = plan.spec.regime_records()
     if records:  # the regime search's gates (rspo.report.regime_search)
         rows = guard(rows, records)
     family = plan.spec.primary_claims or primary_family()

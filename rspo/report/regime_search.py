@@ -5,8 +5,9 @@ The Sec. 3 claims (GRPO collapses on MoE; the router-drift trends and volatiliti
 Fig. 6) need a regime in which router drift builds up, GRPO collapses late and GMPO does not: the
 Sec. 3 gate. "RS stabilises X as a plug-in" needs a regime in which RS acts and X learns first, then
 collapses late: the plug-in gate P(X). Both gates were written in configs/sweeps/small.yaml before
-their trials ran (rspo.regime_gates judges them). A preset names the record of its search
-(`regime_trials:`); for each gate that no trial of that record met, every verdict row of the claims
+their trials ran (rspo.regime_gates judges them). A preset names the sweep files of its search
+(`regime_trials:`), whose committed records (each file's ``record:``) are read here; for each gate
+that no trial of those records met, every verdict row of the claims
 it guards, in every regime of the table, becomes "not testable" with the reason and the count of
 trials that judged the gate (the row keeps its measured effect and interval for the reader; a
 regime's own reason, e.g. "RS inactive", follows). "GRPO collapses on MoE" is measured by the search

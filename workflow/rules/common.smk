@@ -404,9 +404,11 @@ def table_inputs(table):
     if table in ("table_efficiency", "table_claims"):
         inputs["bench"] = f"{R}/bench.json"
     if table == "table_claims" and PLAN.spec.regime_trials:
-        # the regime search's records (rspo.report.regime_search), with the per-step metrics of those that ship them
-        steps = [p.parent / "steps.tar.xz" for p in PLAN.spec.regime_trials]
-        inputs["trials"] = [str(p) for p in PLAN.spec.regime_trials] + [str(p) for p in steps if p.is_file()]
+        # the regime search's sweep files and their committed records (rspo.report.regime_search), with the
+        # per-step metrics of those that ship them
+        records = PLAN.spec.regime_records()
+        steps = [p.parent / "steps.tar.xz" for p in records]
+        inputs["trials"] = [str(p) for p in (*PLAN.spec.regime_trials, *records)] + [str(p) for p in steps if p.is_file()]
     if table != "table_efficiency":
         evals = []
         for task, runs in PLAN.table_runs(table).items():
