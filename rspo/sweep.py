@@ -19,8 +19,9 @@ a committed base installed with its digest checked), per run (``train_run``), pe
 ``bases/``, ``runs/<trial>-<key>/<method>-s<seed>/`` (a run folder, beside it ``sweep_run.json``:
 UTC start and end, commit, machine, wall), ``trials/<position>-<trial>.json`` (one line of the record
 per entry of the file), ``trials.jsonl``, ``trials.md``
-and ``steps.tar.xz`` (every run's metrics.jsonl and final.json, reproducibly packed, so a committed
-record's gates can be recomputed from the steps).
+and ``steps.tar.xz`` (every run's folder, reproducibly packed: its metrics.jsonl, config.json, run.json,
+final.json and sweep stamp, so a committed record's gates can be recomputed from the steps and each run
+read whole; rounds 4-5's records kept only metrics.jsonl and final.json).
 
 For each trial the table records: the setting, the base model's held-out greedy accuracy (the
 step-0 validation, the same for every run of the base), the GMPO gain (final minus base,
@@ -64,6 +65,7 @@ from rspo.run_record import (
     PG_CLIPFRAC,
     PPO_KL,
     REWARD,
+    RUN_FILES,
     STEP_S,
     RunRecord,
     Steps,
@@ -271,14 +273,16 @@ def commit() -> str:
 
 
 def pack_steps(work: Path, path: str | Path) -> Path:
-    """Every run's metrics.jsonl and final.json under ``work``/runs into one tar.xz at ``path``, as
-    ``<trial>-<key>/<method>-s<seed>/<file>``, reproducibly (rspo.archive.reproducible_tar)."""
+    """Every trial run under ``work``/runs into one tar.xz at ``path``: each run folder's files
+    (rspo.run_record.RUN_FILES: its per-step metrics, resolved config, identity and summary) and its
+    sweep stamp (UTC start and end, commit, machine, wall), as ``<trial>-<key>/<method>-s<seed>/<file>``,
+    reproducibly (rspo.archive.reproducible_tar: the same files give the same bytes)."""
     from rspo.archive import reproducible_tar
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     runs = work / "runs"
-    files = [p for name in ("metrics.jsonl", "final.json") for p in runs.glob(f"*/*/{name}")]
+    files = [p for name in (*RUN_FILES, STAMP) for p in runs.glob(f"*/*/{name}")]
     path.write_bytes(reproducible_tar({str(f.relative_to(runs)): f for f in files}))
     return path
 

@@ -79,17 +79,15 @@ def test_a_tiny_search_runs_through_snakemake_to_its_gate_tables_and_resumes(tmp
     assert row["started_utc"] <= row["ended_utc"] and row["ended_utc"].endswith("Z")
     assert row["commit"] == sweep.commit() and row["commit"] != "unknown" and row["machine"] == sweep.machine()
     assert all(r["started_utc"] <= r["ended_utc"] for r in row["runs"])
-    # the per-step metrics, packed: each run's metrics.jsonl and final.json, the same bytes when packed again
+    # the runs, packed: each run folder's files and its stamp, the same bytes when packed again
     steps = work / "steps.tar.xz"
     with tarfile.open(steps) as tf:
         names = sorted(tf.getnames())
         metrics = {n: tf.extractfile(n).read().decode() for n in names if n.endswith("metrics.jsonl")}
-    assert [n.split("/", 1)[1] for n in names] == [
-        "gmpo-s0/final.json",
-        "gmpo-s0/metrics.jsonl",
-        "grpo-s0/final.json",
-        "grpo-s0/metrics.jsonl",
-    ]
+        stamp = json.loads(tf.extractfile(next(n for n in names if n.endswith("gmpo-s0/sweep_run.json"))).read())
+    files = sorted(["config.json", "final.json", "metrics.jsonl", "run.json", "sweep_run.json"])
+    assert [n.split("/", 1)[1] for n in names] == [f"{run}/{f}" for run in ("gmpo-s0", "grpo-s0") for f in files]
+    assert stamp["commit"] == sweep.commit() and stamp["started_utc"] <= stamp["ended_utc"]
     for text in metrics.values():
         train = [json.loads(ln) for ln in text.splitlines() if '"actor/lr"' in ln]
         assert [m["actor/router_lr_mult"] for m in train] == [1.0, 30.0]  # the schedule, step by step
