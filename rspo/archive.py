@@ -43,7 +43,6 @@ import io
 import json
 import lzma
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +195,7 @@ def pack(
     ``out/<preset>.yaml``, a copy of ``preset_file`` (the preset the runs were made from), when given.
     A plan with a selection of seeds packs a piece of the study (``merge`` joins pieces)."""
     from rspo.plan import preset_digest
-    from rspo.tracking import git_commit
+    from rspo.tracking import git_commit, utc_now
 
     results = Path(results)
     members = members_of(plan, results, Path(trials) if trials else None)
@@ -210,7 +209,7 @@ def pack(
         "families": plan.selection,
         "seeds": plan.seeds,
         "git_commit": git_commit(),
-        "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "packed": utc_now(),
         "runs": sorted(plan.runs),
         "evals": sorted(
             e["path"].removeprefix("eval/").removesuffix(".json") for e in entries if e["path"].startswith("eval/")

@@ -23,7 +23,6 @@ beyond ``GROWS`` is refused: that study needs its runs packed again.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +121,8 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
     import shutil
     import tempfile
 
+    from rspo.tracking import utc_now
+
     if len(pieces) < 2:
         raise ArchiveError("merge needs two pieces or more")
     manifests = [(Path(p), read_manifest(p)) for p in pieces]
@@ -203,7 +204,7 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
         "families": None if grown else first["families"],
         "seeds": sorted({s for _, m in manifests for s in m.get("seeds", [])}),
         "git_commit": sorted({m.get("git_commit") for _, m in manifests if m.get("git_commit")}),
-        "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "packed": utc_now(),
         "pieces": [
             {"seeds": m.get("seeds"), "git_commit": m.get("git_commit"), "packed": m.get("packed"), "from": str(path)}
             for path, m in manifests
@@ -240,7 +241,7 @@ def relabel(archive: str | Path, preset_file: str | Path) -> dict[str, Any]:
     nothing written, when the preset is the archive's own)."""
     from rspo.jsonl import write_atomic
     from rspo.plan import preset_digest
-    from rspo.tracking import git_commit
+    from rspo.tracking import git_commit, utc_now
 
     archive = Path(archive)
     m = read_manifest(archive)
@@ -265,7 +266,7 @@ def relabel(archive: str | Path, preset_file: str | Path) -> dict[str, Any]:
         return m
     stream_members(archive, m)  # every member checked before the archive is given another preset
     digest = preset_digest(new, "report")
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    when = utc_now()
     entry = {"from": m["preset_digest"], "to": digest, "changed": changed, "when": when, "git_commit": git_commit()}
     m = {**m, "preset_digest": digest, "relabelled": [*m.get("relabelled", []), entry]}
     write_atomic(kept, Path(preset_file).read_text())

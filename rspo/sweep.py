@@ -75,6 +75,7 @@ from rspo.run_record import (
 )
 from rspo.subcommand import rspo_argv
 from rspo.sweep_file import SweepFile, Trial, method_sets
+from rspo.tracking import utc_now
 
 
 class SweepError(ValueError):
@@ -249,10 +250,6 @@ def machine() -> str:
     except OSError:
         pass
     return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-
-
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def commit() -> str:

@@ -153,6 +153,12 @@ def experiment_url(experiment_id: str, host: str = "http://127.0.0.1:5000") -> s
     return f"{host}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
+def utc_now() -> str:
+    """The time now in UTC, to the second (``2026-12-06T13:36:25Z``): when a run, an archive or a trial
+    was made, in the one format the records use."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
