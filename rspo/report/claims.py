@@ -2,18 +2,15 @@
 with the effect this study measured, its 95% interval over seeds, the smallest effect the design
 can detect, and a verdict.
 
-A row compares a treatment method with a control method of one regime (natural; stress, mismatch
-or drift where the preset has them, rspo.grid.REGIMES) through one measure per run
+A row compares a treatment method with a control method of one regime (natural; stress or mismatch
+where the preset has them, rspo.study_config.REGIMES) through one measure per run
 (rspo.report.measures: training reward of the last third, its best-to-final drop, held-out
 accuracy, steps to collapse, the trends of Sec. 3.3). The effect is the mean over seeds of the
 paired difference treatment - control (same seed: same-seed runs share the prompt order), or for a
 one-method trend each seed's value; throughput is RSPO/GMPO per benchmark step minus 0.75.
 
-Margins: training reward 1 point (the outcome the paper plots for Countdown; it moves on 12,800
-samples per window, so a 1-point change is visible at 5 seeds); its best-to-final drop and
-held-out accuracy 2 points; steps to collapse 5% of the run; a γ fall of 0.01 per 100 steps; a
-γ-clip rise of 0.5 points per 100 steps; a 25% change of a volatility or of the engine-trainer KL
-(log2 1.25); 1 point of routing agreement; throughput: RSPO keeps >= 75% of GMPO's.
+The claims, their arms, measures and margins are registered entries (rspo.report.claim_registry:
+``CLAIMS``, each measure's margin in ``MARGINS``).
 """
 
 from __future__ import annotations
