@@ -292,12 +292,12 @@ class PresetSpec(Section):
     (`make base` rebuilds it from `pretrain:`); unset: pretrained by the workflow."""
     regime_trials: str | tuple[str, ...] | None = setting(None, nonempty=True)
     """The sweep files of the search for a regime in which the paper's Sec. 3 and plug-in claims can
-    be tested (configs/sweeps/*.yaml, one path or a list, in the order the rounds ran), relative to the
-    repository root or absolute. The claims table reads each one's committed record (its ``record:``
-    folder: trials.jsonl, with steps.tar.xz where its trials have a router-lr schedule; every line a
-    trial of that file): where none of their trials met a registered gate, it reads the rows that gate
-    guards as "not testable: no regime found on the searched axes (...)" (rspo.report.regime_search);
-    unset: no row is guarded."""
+    be tested (configs/sweeps/*.yaml, one path or a list, in the order the rounds ran; relative to the
+    repository root or absolute), whose committed records the claims table reads (each file's
+    ``record:`` folder: trials.jsonl, every line a trial of that file, with steps.tar.xz where its
+    trials have a router-lr schedule): where none of their trials met a registered gate, it reads the
+    rows that gate guards as "not testable: no regime found on the searched axes (...)"
+    (rspo.report.regime_search); unset: no row is guarded."""
     grid: dict[str, Any] | None = setting(None, ref="grid")
     """Which runs the paper's figures and tables need (rspo.grid.expand_grid)."""
     default_families: tuple[str, ...] | None = setting(None, choices=DEFAULT_FAMILIES, noun="grid family")
