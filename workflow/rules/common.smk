@@ -408,7 +408,9 @@ def table_inputs(table):
         # per-step metrics of those that ship them
         records = PLAN.spec.regime_records()
         steps = [p.parent / "steps.tar.xz" for p in records]
-        inputs["trials"] = [str(p) for p in (*PLAN.spec.regime_trials, *records)] + [str(p) for p in steps if p.is_file()]
+        inputs["trials"] = [str(p) for p in (*PLAN.spec.regime_trials, *records)] + [
+            str(p) for p in steps if p.is_file()
+        ]
     if table != "table_efficiency":
         evals = []
         for task, runs in PLAN.table_runs(table).items():
