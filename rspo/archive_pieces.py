@@ -115,7 +115,7 @@ def merge(pieces: list[str | Path], out: str | Path) -> dict[str, Any]:
 
     A study may grow by a family after its first pieces were packed (the stop-gradient arm beside the
     shipped plug-in runs): a piece packed with ``--families`` under a preset that differs from the
-    earlier pieces' only in ``default_families`` comes last (``_check_growth``), and may hold runs of
+    earlier pieces' only in ``GROWS`` and what no report reads comes last (``_check_growth``), and may hold runs of
     earlier pieces with the same bytes (the paired arm it was trained beside, copied from the shipped
     archive); the merged archive is of the last piece's preset, its default selection."""
     import shutil

@@ -147,19 +147,20 @@ class Preset:
         from rspo.jsonl import iter_jsonl
         from rspo.sweep_file import load_sweep
 
+        key = f"{self.path or self.name}: regime_trials"
         records = []
         for sweep in self.regime_trials:
             try:
-                spec = load_sweep(sweep)  # its errors name the file
-                try:
-                    record = spec.record_file(self.root)
-                    if not record.is_file():
-                        raise ConfigError(f"record: {record.parent} holds no trials.jsonl (its committed record)")
-                    spec.check_record([row for _, row in iter_jsonl(record)], record)
-                except ValueError as e:  # a ConfigError, or a record line that is not a JSON object
-                    raise ConfigError(f"{sweep}: {e}") from None
-            except ConfigError as e:
-                raise ConfigError(f"{self.path or self.name}: regime_trials: {e}") from None
+                spec = load_sweep(sweep)
+            except ConfigError as e:  # its message names the file
+                raise ConfigError(f"{key}: {e}") from None
+            try:
+                record = spec.record_file(self.root)
+                if not record.is_file():
+                    raise ConfigError(f"record: {record.parent} holds no trials.jsonl (its committed record)")
+                spec.check_record([row for _, row in iter_jsonl(record)], record)
+            except ValueError as e:  # a ConfigError, or a record line that is not a JSON object
+                raise ConfigError(f"{key}: {sweep}: {e}") from None
             records.append(record)
         return tuple(records)
 

@@ -75,7 +75,7 @@ from rspo.run_record import (
 )
 from rspo.subcommand import rspo_argv
 from rspo.sweep_file import SweepFile, Trial, method_sets
-from rspo.tracking import utc_now
+from rspo.tracking import UTC_FORMAT, utc_now
 
 
 class SweepError(ValueError):
@@ -408,7 +408,7 @@ def write_tables(spec: SweepFile, work: Path, rows: list[dict[str, Any]], table_
 def _utc(text: str) -> float:
     import calendar
 
-    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+    return calendar.timegm(time.strptime(text, UTC_FORMAT))
 
 
 def _joined(values: list[Any]) -> str | None:

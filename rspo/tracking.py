@@ -153,10 +153,13 @@ def experiment_url(experiment_id: str, host: str = "http://127.0.0.1:5000") -> s
     return f"{host}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
+UTC_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+"""How the records write a time (``2026-12-06T13:36:25Z``): UTC, to the second."""
+
+
 def utc_now() -> str:
-    """The time now in UTC, to the second (``2026-12-06T13:36:25Z``): when a run, an archive or a trial
-    was made, in the one format the records use."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """The time now in UTC (``UTC_FORMAT``): when a run, an archive or a trial was made."""
+    return time.strftime(UTC_FORMAT, time.gmtime())
 
 
 def git_commit() -> str:
